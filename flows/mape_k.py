@@ -1,0 +1,112 @@
+"""The control loop: one MAPE-K iteration per flow run, over the job's persisted knowledge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from connectors import targets
+from connectors.store import DEFAULT_URL, KnowledgeStore
+from models.errors import ConnectorError
+from models.knowledge import Knowledge
+from models.types import Analysis, Decision, Observation, ScalingAction
+from tasks.analyze import analyze
+from tasks.execute import execute
+from tasks.monitor import monitor, observe_or_hold
+from tasks.plan import plan
+from tasks.publish import publish
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The four phases as callables: Prefect tasks in a flow run, their plain functions in a fast simulation."""
+
+    monitor: Callable[..., Observation]
+    analyze: Callable[..., Analysis]
+    plan: Callable[..., Decision]
+    execute: Callable[..., ScalingAction | None]
+
+
+ORCHESTRATED = Phases(monitor, analyze, plan, execute)
+PLAIN = Phases(monitor.fn, analyze.fn, plan.fn, execute.fn)
+
+
+@dataclass(frozen=True)
+class Iteration:
+    observation: Observation
+    analysis: Analysis
+    decision: Decision
+    action: ScalingAction | None
+    loop_ms: float  # analyze + plan, the loop's own cost
+
+    def summary(self) -> dict[str, Any]:
+        d, a = self.decision, self.analysis
+        return {"decision": d.id, "kind": d.kind, "current": d.current, "target": d.target,
+                "reasons": list(d.reasons), "action": None if self.action is None else self.action.state,
+                "loop_ms": round(self.loop_ms, 3), "capacity_current": a.capacity(a.scaleout),
+                "forecast_peak": a.forecast.peak, "forecast_method": a.forecast.method,
+                "forecast_wape": a.forecast.previous_wape}
+
+
+def expire_proposal(knowledge: Knowledge, now: float) -> None:
+    """An unanswered proposal expires: nothing happens, and the loop may propose again."""
+    p = knowledge.pending
+    if p is not None and now >= p.expires:
+        entry = knowledge.entry(p.id)
+        if entry is not None:
+            entry.state = "expired"
+            entry.history.append((now, "expired unanswered"))
+        knowledge.pending = None
+
+
+def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases) -> Iteration:
+    """monitor → analyze → plan → execute, once."""
+    cfg, job = target.config, target.job
+    now = target.clock.now()
+    try:
+        parallelism = target.scaler.current(job)
+    except ConnectorError:
+        parallelism = 1
+    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, parallelism,
+                          call=phases.monitor)
+    expire_proposal(knowledge, now)
+    started = time.perf_counter()
+    a = phases.analyze(cfg, obs, knowledge, now)
+    d = phases.plan(cfg, a, knowledge, now)
+    loop_ms = 1000 * (time.perf_counter() - started)
+    action = phases.execute(cfg, d, knowledge, target.scaler, now)
+    return Iteration(obs, a, d, action, loop_ms)
+
+
+@task(name="load-knowledge", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def load_knowledge(store: KnowledgeStore, target: targets.Target) -> tuple[Knowledge, int | None]:
+    loaded = store.load(target.job)
+    logger = get_run_logger()
+    for warning in loaded.warnings:
+        logger.warning(warning)
+    if loaded.knowledge is None:
+        logger.info("no stored knowledge for %s: starting fresh", target.job)
+        return Knowledge.new(target.job, target.config), None
+    return loaded.knowledge, loaded.version
+
+
+@task(name="save-knowledge", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def save_knowledge(store: KnowledgeStore, knowledge: Knowledge) -> int:
+    return store.save(knowledge)
+
+
+@flow(name="mape-k", description="One Daedalus MAPE-K iteration for one streaming job.")
+def mape_k(job: str, store_url: str = DEFAULT_URL) -> dict[str, Any]:
+    target = targets.get(job)
+    store = KnowledgeStore(store_url)
+    knowledge, _ = load_knowledge(store, target)
+    it = iterate(target, knowledge, ORCHESTRATED)
+    version = save_knowledge(store, knowledge)
+    publish(job, it.analysis, it.decision, it.action, version)
+    get_run_logger().info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
+    return {**it.summary(), "knowledge_version": version}

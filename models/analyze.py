@@ -1,0 +1,88 @@
+"""Analyze: learn from a sound observation, then estimate capacities, forecast and recovery times.
+
+Pure: takes (config, observation, knowledge, now), updates the knowledge's models and returns an Analysis.
+An observation that fails validation teaches nothing and yields an Analysis carrying hold reasons.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.config import LoopConfig
+from models.knowledge import Knowledge
+from models.recovery import recovery_times
+from models.types import Analysis, Observation
+from models.validation import validate_observation
+
+
+def total_throughput(obs: Observation) -> np.ndarray:
+    total = np.zeros(obs.timestamps.size)
+    for series in obs.throughput.values():
+        total += np.nan_to_num(series)
+    return total
+
+
+def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float) -> float | None:
+    """Learn normal workload − throughput, or follow a rescale until recovered.
+
+    Returns the observed recovery time when this observation ends a recovery.
+    """
+    residual = obs.workload - total_throughput(obs)
+    watch = k.watch
+    if watch is None:
+        k.anomaly.update_many(residual[obs.uptime_s >= warmup_s])
+        return None
+    after = obs.timestamps > watch.rescale_time
+    for t, r, up in zip(obs.timestamps[after], residual[after], obs.uptime_s[after], strict=True):
+        if watch.restart_time is None and up > 0:
+            watch.restart_time = float(t - up)
+        watch.tracker.update(float(t), float(r))
+        if watch.tracker.recovered_at is not None:
+            break
+    if watch.tracker.recovered_at is None:
+        return None
+    observed = watch.tracker.recovered_at - watch.rescale_time
+    if watch.restart_time is not None:
+        k.downtime.learn(watch.scaled_out, watch.restart_time - watch.rescale_time)
+    entry = k.entry(watch.decision_id)
+    if entry is not None:
+        entry.observed_recovery_s = observed
+        entry.history.append((watch.tracker.recovered_at, f"recovered in {observed:.0f} s"))
+    k.watch = None
+    return observed
+
+
+def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Analysis:
+    holds = validate_observation(obs, now, k.last_observation_end, cfg.warmup_s, cfg.stale_after_s)
+    if k.quarantine:
+        holds = (*holds, f"quarantined by metric validation: {k.quarantine}")
+    sound = not holds or (k.quarantine is not None and len(holds) == 1)
+    if sound:
+        k.capacity.update(obs)
+        k.forecaster.observe(obs.timestamps, obs.workload)
+        follow_recovery(k, obs, cfg.warmup_s)
+    if obs.timestamps.size and np.isfinite(obs.end) and (k.last_observation_end or -np.inf) < obs.end:
+        k.last_observation_end = obs.end
+    k.loops += 1
+    current = max(obs.parallelism, 1)
+    forecast = k.forecaster.forecast(now)
+    capacities, observed = k.capacity.capacities(cfg.max_parallelism, current)
+    finite = obs.workload[np.isfinite(obs.workload)]
+    avg_workload = float(finite.mean()) if finite.size else 0.0
+    recent = finite[-int(cfg.checkpoint_interval_s):] if finite.size else finite
+    recent_workload = float(recent.mean()) if recent.size else 0.0
+    lag = float(obs.lag[-1]) if obs.lag.size and np.isfinite(obs.lag[-1]) else 0.0
+    return Analysis(
+        now=now,
+        scaleout=current,
+        avg_workload=avg_workload,
+        lag=lag,
+        capacities=capacities,
+        observed=observed,
+        forecast=forecast,
+        recovery_times=recovery_times(
+            capacities, current, k.downtime, forecast.values, lag, recent_workload,
+            cfg.checkpoint_interval_s, cfg.max_recovery_s,
+        ),
+        holds=holds,
+    )

@@ -1,0 +1,274 @@
+"""Capacity: how many tuples per second can the job process, at each scale-out?
+
+Per worker, an online simple linear regression of throughput (y) on CPU utilization (x) —
+Welford co-moments, exact, no stored samples (``models.stats.OnlineRegression``). Under data skew
+the workers do not reach full CPU together: the hot worker saturates first and the others stay
+proportional to it. So worker w's expected maximum CPU is
+
+    x_max,w = cpu_ceiling · x̄_w / max_v x̄_v
+
+with x̄_w its mean CPU since the last rescale (a rescale changes the partition assignment, hence the
+skew), and its capacity is α_w + β_w · x_max,w. The capacity at the current scale-out is the sum over
+the current workers. At another scale-out i it is i × the mean worker capacity, unless scale-out i
+was observed before: then the remembered capacity observed there wins.
+
+Choice for unobserved scale-outs: the mean of ``worker_capacities()`` — the per-worker capacity at
+the *current* skew — times i, as in the paper. It is not the mean capacity at full CPU (α + β · 1),
+which would assume skew vanishes when the job is rescaled; with the skew of the current assignment
+carried over, the extrapolation stays conservative.
+
+When a worker's regression is not determined (fewer than ``min_samples`` samples, no CPU spread, or a
+non-positive slope, which no worker has), its capacity falls back to the through-origin ratio
+ȳ_w / x̄_w · x_max,w (ȳ and x̄ over the regression's own samples). Capacities are never negative.
+
+Samples from the warm-up after a (re)start (``uptime_s < warmup_s``) and samples with a missing or
+negative throughput or CPU are dropped.
+
+References
+----------
+Pfister et al., "Daedalus: Self-Adaptive Horizontal Autoscaling for Resource Efficiency of Distributed
+Stream Processing Systems", ICPE 2024 (capacity estimation, data skew); Welford (1962); Chan, Golub &
+LeVeque (1979).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from models.errors import KnowledgeError
+from models.stats import OnlineRegression, RunningMean
+from models.types import Observation
+
+__all__ = ["CapacityModel"]
+
+_MIN_VAR_X = 1e-10  # CPU variance (utilization², x in [0, 1]) below which a slope is not determined
+
+
+class CapacityModel:
+    """Per-worker throughput-on-CPU regressions and the capacities they imply.
+
+    Parameters
+    ----------
+    cpu_ceiling
+        Usable CPU utilization of the hottest worker, in (0, 1].
+    warmup_s
+        Samples taken less than this long after the job (re)started are not steady state; dropped.
+    min_samples
+        Samples a worker's regression needs before its slope is trusted; also the CPU samples since
+        the last rescale every current worker needs before the current capacity counts as observed.
+
+    Examples
+    --------
+    Two workers with exact linear data: A (y = 10 + 100·x) averages CPU 0.8, B (y = 5 + 200·x)
+    averages 0.4, so B's expected maximum CPU is 0.5 when A saturates.
+
+    >>> x_a = np.array([0.7, 0.8, 0.9] * 4); x_b = x_a - 0.4
+    >>> obs = Observation(
+    ...     job="demo", timestamps=np.arange(12.0), workload=np.zeros(12), lag=np.zeros(12),
+    ...     throughput={"a": 10 + 100 * x_a, "b": 5 + 200 * x_b}, cpu={"a": x_a, "b": x_b},
+    ...     uptime_s=np.full(12, 3600.0), parallelism=2)
+    >>> model = CapacityModel()
+    >>> model.update(obs)
+    >>> {w: round(c, 6) for w, c in model.worker_capacities().items()}
+    {'a': 110.0, 'b': 105.0}
+    >>> caps, observed = model.capacities(max_scaleout=3, current=2)
+    >>> [round(c, 6) for c in caps], observed
+    ([107.5, 215.0, 322.5], (False, True, False))
+    """
+
+    def __init__(self, cpu_ceiling: float = 1.0, warmup_s: float = 60.0, min_samples: int = 10) -> None:
+        if not (math.isfinite(cpu_ceiling) and 0 < cpu_ceiling <= 1):
+            raise ValueError(f"cpu_ceiling must be a CPU utilization in (0, 1], got {cpu_ceiling!r}")
+        if not (math.isfinite(warmup_s) and warmup_s >= 0):
+            raise ValueError(f"warmup_s must be a number of seconds ≥ 0, got {warmup_s!r}")
+        if int(min_samples) != min_samples or min_samples < 2:
+            raise ValueError(f"min_samples must be a whole number ≥ 2 (a line needs two points), got {min_samples!r}")
+        self.cpu_ceiling = float(cpu_ceiling)
+        self.warmup_s = float(warmup_s)
+        self.min_samples = int(min_samples)
+        self._regressions: dict[str, OnlineRegression] = {}
+        self._cpu_means: dict[str, RunningMean] = {}  # x̄_w since the last rescale
+        self._workers: tuple[str, ...] = ()
+        self._parallelism: int | None = None
+        self._observed: dict[int, float] = {}
+
+    # --- what the model knows ------------------------------------------------------------------
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The current workers (those of the latest observation that reported last), sorted."""
+        return self._workers
+
+    @property
+    def parallelism(self) -> int | None:
+        """The scale-out of the latest observation."""
+        return self._parallelism
+
+    @property
+    def observed(self) -> dict[int, float]:
+        """Latest observed capacity per scale-out (a copy)."""
+        return dict(self._observed)
+
+    @property
+    def mean_cpu(self) -> dict[str, float]:
+        """x̄_w: mean CPU of each current worker since the last rescale (workers with samples only)."""
+        return {w: self._cpu_means[w].mean for w in self._workers if w in self._cpu_means and self._cpu_means[w].n}
+
+    def regression(self, worker: str) -> OnlineRegression:
+        """A copy of a worker's regression (empty if the worker never gave a steady sample)."""
+        reg = self._regressions.get(worker)
+        return OnlineRegression.from_state(reg.to_state()) if reg else OnlineRegression()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every current worker has ``min_samples`` CPU samples since the last rescale."""
+        return bool(self._workers) and all(
+            w in self._cpu_means and self._cpu_means[w].n >= self.min_samples for w in self._workers
+        )
+
+    # --- learning ------------------------------------------------------------------------------
+    def update(self, obs: Observation) -> None:
+        rescaled = self._parallelism is not None and obs.parallelism != self._parallelism
+        if rescaled:
+            self._cpu_means = {}
+        uptime = np.asarray(obs.uptime_s, dtype=float)
+        with np.errstate(invalid="ignore"):
+            steady = uptime >= self.warmup_s  # NaN uptime: not known to be steady
+        # After a rescale, x̄ counts only the samples after the last restart in this window: the
+        # samples before it still belong to the previous partition assignment.
+        start = 0
+        if rescaled:
+            restarts = np.flatnonzero(np.diff(uptime) < 0)
+            if restarts.size:
+                start = int(restarts[-1]) + 1
+        last_report: dict[str, int] = {}
+        for worker in sorted(set(obs.throughput) & set(obs.cpu)):
+            y = np.asarray(obs.throughput[worker], dtype=float)
+            x = np.asarray(obs.cpu[worker], dtype=float)
+            if not (x.shape == y.shape == uptime.shape):
+                raise ValueError(
+                    f"job {obs.job}: worker {worker} has {y.size} throughput and {x.size} CPU samples "
+                    f"for {uptime.size} steps; per-worker series must align with the timestamps"
+                )
+            with np.errstate(invalid="ignore"):
+                valid = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (y >= 0)
+            if valid.any():
+                last_report[worker] = int(np.flatnonzero(valid)[-1])
+            use = valid & steady
+            if use.any():
+                self._regressions.setdefault(worker, OnlineRegression()).update_many(x[use], y[use])
+            use[:start] = False
+            if use.any():
+                self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
+        self._workers = self._current_workers(obs, last_report, rescaled)
+        self._parallelism = obs.parallelism
+        if self.ready:
+            self._observed[obs.parallelism] = self.capacity_current()
+
+    def _current_workers(self, obs: Observation, last_report: dict[str, int], rescaled: bool) -> tuple[str, ...]:
+        """The ``parallelism`` workers that reported most recently (a worker removed by a scale-in
+        stops reporting before the survivors; one missed scrape does not drop a worker)."""
+        if not last_report:
+            if self._workers and not rescaled:
+                return self._workers
+            return tuple(sorted(set(obs.throughput) & set(obs.cpu)))
+        ranked = sorted(last_report, key=lambda w: (-last_report[w], w))
+        return tuple(sorted(ranked[: max(obs.parallelism, 1)]))
+
+    # --- capacities ----------------------------------------------------------------------------
+    def _determined(self, reg: OnlineRegression) -> bool:
+        return reg.n >= self.min_samples and reg.var_x > _MIN_VAR_X and reg.slope > 0
+
+    def worker_capacities(self) -> dict[str, float]:
+        """Skew-aware capacity per current worker (tuples/s); workers without samples are left out."""
+        means = self.mean_cpu
+        if not means:
+            return {}
+        top = max(means.values())
+        capacities = {}
+        for worker, x_bar in means.items():
+            x_max = self.cpu_ceiling * x_bar / top if top > 0 else 0.0
+            reg = self._regressions[worker]
+            if self._determined(reg):
+                capacity = reg.intercept + reg.slope * x_max
+            elif reg.mean_x > 0:
+                capacity = reg.mean_y / reg.mean_x * x_max
+            else:
+                capacity = 0.0
+            capacities[worker] = max(0.0, capacity)
+        return capacities
+
+    def capacity_current(self) -> float:
+        """Capacity at the current scale-out: the sum of the current workers' capacities."""
+        return float(sum(self.worker_capacities().values()))
+
+    def capacities(self, max_scaleout: int, current: int) -> tuple[tuple[float, ...], tuple[bool, ...]]:
+        """C_i for i = 1 … max_scaleout, and whether each came from an observed scale-out.
+
+        An observed scale-out keeps its remembered capacity; the current one's is refreshed after
+        every update once ``ready``. Other scale-outs get i × the mean of ``worker_capacities()``
+        (0.0 while nothing is known: check ``ready``).
+        """
+        if int(max_scaleout) != max_scaleout or max_scaleout < 1:
+            raise ValueError(f"max_scaleout must be a whole number ≥ 1, got {max_scaleout!r}")
+        if int(current) != current or current < 1:
+            raise ValueError(f"current scale-out must be a whole number ≥ 1, got {current!r}")
+        per_worker = self.worker_capacities()
+        mean = sum(per_worker.values()) / len(per_worker) if per_worker else 0.0
+        values, observed = [], []
+        for i in range(1, int(max_scaleout) + 1):
+            if i in self._observed:
+                values.append(self._observed[i])
+                observed.append(True)
+            else:
+                values.append(i * mean)
+                observed.append(False)
+        return tuple(values), tuple(observed)
+
+    # --- persistence ---------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Plain data (dicts of floats, a list of worker names): JSON-ready, no pickle."""
+        state: dict[str, Any] = {
+            "cpu_ceiling": self.cpu_ceiling,
+            "warmup_s": self.warmup_s,
+            "min_samples": float(self.min_samples),
+            "workers": list(self._workers),
+            "regressions": {w: reg.to_state() for w, reg in sorted(self._regressions.items())},
+            "cpu_means": {w: mean.to_state() for w, mean in sorted(self._cpu_means.items())},
+            "observed": {str(i): c for i, c in sorted(self._observed.items())},
+        }
+        if self._parallelism is not None:
+            state["parallelism"] = float(self._parallelism)
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> CapacityModel:
+        required = ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions", "cpu_means", "observed")
+        missing = [key for key in required if key not in state]
+        if missing:
+            raise KnowledgeError(f"CapacityModel state lacks {', '.join(missing)}; got keys {sorted(state)}")
+        try:
+            model = cls(float(state["cpu_ceiling"]), float(state["warmup_s"]), int(state["min_samples"]))
+            workers = tuple(str(w) for w in state["workers"])
+            regressions = {str(w): OnlineRegression.from_state(s) for w, s in state["regressions"].items()}
+            cpu_means = {str(w): RunningMean.from_state(s) for w, s in state["cpu_means"].items()}
+            observed = {int(i): float(c) for i, c in state["observed"].items()}
+            parallelism = int(state["parallelism"]) if "parallelism" in state else None
+        except (TypeError, ValueError, AttributeError) as error:
+            raise KnowledgeError(f"CapacityModel state is malformed: {error}") from None
+        if any(not math.isfinite(c) or c < 0 for c in observed.values()):
+            raise KnowledgeError(f"CapacityModel state: observed capacities must be finite and ≥ 0: {observed}")
+        if any(w not in regressions for w in cpu_means):
+            raise KnowledgeError("CapacityModel state: a worker has a CPU mean but no regression")
+        model._workers, model._regressions, model._cpu_means = workers, regressions, cpu_means
+        model._observed, model._parallelism = observed, parallelism
+        return model
+
+    def __repr__(self) -> str:
+        return (
+            f"CapacityModel(cpu_ceiling={self.cpu_ceiling!r}, warmup_s={self.warmup_s!r}, "
+            f"min_samples={self.min_samples}, workers={len(self._workers)}, parallelism={self._parallelism})"
+        )

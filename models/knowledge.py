@@ -1,0 +1,144 @@
+"""The K of MAPE-K: one typed state per job, serialised to bytes with a schema version.
+
+Everything is stored as plain data (JSON), never as pickles: a stored version can be read by any later
+release that knows its schema version, and inspected by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from models.anomaly import AnomalyDetector, RecoveryTracker
+from models.capacity import CapacityModel
+from models.config import LoopConfig
+from models.errors import KnowledgeError
+from models.forecast import Forecaster
+from models.recovery import DowntimeEstimates
+from models.types import LedgerEntry
+
+SCHEMA_VERSION = 1
+LEDGER_LIMIT = 1000  # keep the newest entries; older ones remain in earlier stored versions
+
+
+@dataclass
+class Proposal:
+    """A scale action waiting for an operator (approve mode)."""
+
+    id: str
+    created: float
+    expires: float
+    current: int
+    target: int
+    reasons: tuple[str, ...]
+
+
+@dataclass
+class RecoveryWatch:
+    """A rescale being followed until the job has recovered."""
+
+    decision_id: str
+    rescale_time: float
+    scaled_out: bool
+    predicted_recovery_s: float | None
+    tracker: RecoveryTracker
+    restart_time: float | None = None
+
+
+@dataclass
+class Knowledge:
+    """Per-job knowledge shared by the four phases."""
+
+    job: str
+    capacity: CapacityModel
+    forecaster: Forecaster
+    anomaly: AnomalyDetector
+    downtime: DowntimeEstimates
+    last_rescale: float | None = None
+    last_action: float | None = None
+    last_observation_end: float | None = None
+    pending: Proposal | None = None
+    watch: RecoveryWatch | None = None
+    ledger: list[LedgerEntry] = field(default_factory=list)
+    paused: bool = False
+    quarantine: str | None = None
+    loops: int = 0
+
+    @classmethod
+    def new(cls, job: str, cfg: LoopConfig) -> Knowledge:
+        return cls(
+            job=job,
+            capacity=CapacityModel(warmup_s=cfg.warmup_s),
+            forecaster=Forecaster(),
+            anomaly=AnomalyDetector(),
+            downtime=DowntimeEstimates(out_s=cfg.downtime_out_s, in_s=cfg.downtime_in_s),
+        )
+
+    def record(self, entry: LedgerEntry) -> None:
+        self.ledger.append(entry)
+        del self.ledger[:-LEDGER_LIMIT]
+
+    def entry(self, entry_id: str) -> LedgerEntry | None:
+        return next((e for e in reversed(self.ledger) if e.id == entry_id), None)
+
+    def to_bytes(self) -> bytes:
+        state: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "job": self.job,
+            "capacity": self.capacity.to_state(),
+            "forecaster": self.forecaster.to_state(),
+            "anomaly": self.anomaly.to_state(),
+            "downtime": self.downtime.to_state(),
+            "last_rescale": self.last_rescale,
+            "last_action": self.last_action,
+            "last_observation_end": self.last_observation_end,
+            "pending": None if self.pending is None else asdict(self.pending),
+            "watch": None if self.watch is None else {
+                **{k: v for k, v in asdict(self.watch).items() if k != "tracker"},
+                "tracker": self.watch.tracker.to_state(),
+            },
+            "ledger": [asdict(e) for e in self.ledger],
+            "paused": self.paused,
+            "quarantine": self.quarantine,
+            "loops": self.loops,
+        }
+        return json.dumps(state, separators=(",", ":"), allow_nan=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Knowledge:
+        try:
+            s = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise KnowledgeError(f"knowledge is not valid JSON: {exc}") from exc
+        version = s.get("schema_version") if isinstance(s, dict) else None
+        if version != SCHEMA_VERSION:
+            raise KnowledgeError(f"knowledge schema version {version!r} is not {SCHEMA_VERSION}")
+        try:
+            watch = s["watch"]
+            return cls(
+                job=s["job"],
+                capacity=CapacityModel.from_state(s["capacity"]),
+                forecaster=Forecaster.from_state(s["forecaster"]),
+                anomaly=AnomalyDetector.from_state(s["anomaly"]),
+                downtime=DowntimeEstimates.from_state(s["downtime"]),
+                last_rescale=s["last_rescale"],
+                last_action=s["last_action"],
+                last_observation_end=s["last_observation_end"],
+                pending=None if s["pending"] is None else Proposal(
+                    **{**s["pending"], "reasons": tuple(s["pending"]["reasons"])}
+                ),
+                watch=None if watch is None else RecoveryWatch(
+                    **{**watch, "tracker": RecoveryTracker.from_state(watch["tracker"])}
+                ),
+                ledger=[
+                    LedgerEntry(**{**e, "reasons": tuple(e["reasons"]),
+                                   "history": [tuple(h) for h in e["history"]]})
+                    for e in s["ledger"]
+                ],
+                paused=bool(s["paused"]),
+                quarantine=s["quarantine"],
+                loops=int(s["loops"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KnowledgeError(f"knowledge of schema {SCHEMA_VERSION} is incomplete: {exc!r}") from exc

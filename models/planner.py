@@ -1,0 +1,130 @@
+"""Plan: Algorithm 1 of the Daedalus paper, then the guardrails users expect.
+
+Algorithm 1, as ARCHITECTURE.md states it:
+1. Within `recent_rescale_s` of the last rescale: keep the current scale-out if its capacity exceeds both the
+   average workload of the last loop and the maximum forecast until the next loop.
+2. Else, for i = 1 … max: skip i unless C_i > average workload; skip if its predicted recovery time exceeds
+   the target; skip if C_i is below the maximum forecast over that recovery time; return i if it is the
+   current scale-out; when scaling in, skip i while the consumer lag exceeds what i processes in one second;
+   return i if C_i exceeds the maximum of the whole forecast.
+3. Nothing qualified → the maximum scale-out.
+Guardrails: holds for bad data or a pause, no action within `grace_s` of the previous one, min/max
+parallelism, a maximum step and partition-aware rounding. Every clamp adds a reason with before and after.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from models.config import LoopConfig
+from models.types import Analysis, Decision
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What the planner needs from knowledge besides the analysis."""
+
+    job: str
+    last_rescale: float | None  # time of the last executed rescale
+    last_action: float | None  # time of the last executed action (grace period)
+    pending_proposal: str | None = None  # id of a proposal awaiting approval
+    paused: bool = False
+
+
+def _window_max(values: tuple[float, ...], seconds: float) -> float:
+    if not values:
+        return 0.0
+    n = len(values) if math.isinf(seconds) else max(1, min(len(values), math.ceil(seconds)))
+    return max(values[:n])
+
+
+def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tuple[int, tuple[str, ...]]:
+    """The paper's Algorithm 1 over scale-outs min … max; returns the scale-out and why."""
+    cur = a.scaleout
+    forecast = a.forecast.values
+    f_all = max(forecast) if forecast else a.avg_workload
+    if since_rescale is not None and since_rescale < cfg.recent_rescale_s and 1 <= cur <= len(a.capacities):
+        c = a.capacity(cur)
+        f_next = _window_max(forecast, cfg.loop_interval_s)
+        if c > a.avg_workload and c > f_next:
+            return cur, (
+                f"rescaled {since_rescale:.0f} s ago (< {cfg.recent_rescale_s:.0f} s) and C_{cur} = {c:,.0f}/s "
+                f"exceeds the average workload {a.avg_workload:,.0f}/s and the next loop's forecast peak "
+                f"{f_next:,.0f}/s: keep {cur}",
+            )
+    skipped: list[str] = []
+    for i in range(cfg.min_parallelism, cfg.max_parallelism + 1):
+        c = a.capacity(i)
+        if c <= a.avg_workload:
+            continue
+        r = a.recovery_time(i)
+        if r > cfg.target_recovery_s:
+            skipped.append(f"{i}: recovery {r:.0f} s > target {cfg.target_recovery_s:.0f} s")
+            continue
+        f_rec = _window_max(forecast, r)
+        if c < f_rec:
+            skipped.append(f"{i}: C_{i} {c:,.0f}/s below forecast peak {f_rec:,.0f}/s during recovery")
+            continue
+        if i == cur:
+            return i, (*skipped[-3:], f"C_{i} = {c:,.0f}/s covers the workload {a.avg_workload:,.0f}/s and the "
+                       f"forecast during recovery ({r:.0f} s ≤ {cfg.target_recovery_s:.0f} s): keep {i}")
+        if i < cur and a.lag > c * 1.0:
+            skipped.append(f"{i}: scale-in deferred, lag {a.lag:,.0f} > one second of C_{i} ({c:,.0f})")
+            continue
+        if c > f_all:
+            return i, (*skipped[-3:], f"C_{i} = {c:,.0f}/s exceeds the whole 15-minute forecast peak "
+                       f"{f_all:,.0f}/s and recovers in {r:.0f} s: {i} is long-lived")
+        skipped.append(f"{i}: C_{i} {c:,.0f}/s below the 15-minute forecast peak {f_all:,.0f}/s")
+    return cfg.max_parallelism, (*skipped[-3:], "no scale-out qualified: the maximum")
+
+
+def _round_to_partitions(target: int, current: int, cfg: LoopConfig) -> int:
+    """Smallest divisor of the partition count ≥ target (even partitions per worker), within max."""
+    if cfg.partitions is None or target == current:
+        return target
+    for p in range(target, cfg.max_parallelism + 1):
+        if cfg.partitions % p == 0:
+            return p
+    return target
+
+
+def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision:
+    """One planning step: a hold, no change, or a target scale-out, with every reason."""
+    cur = a.scaleout
+    did = f"{ctx.job}-{int(now)}"
+
+    def hold(*reasons: str) -> Decision:
+        return Decision(id=did, time=now, kind="hold", current=cur, target=cur, reasons=reasons)
+
+    if ctx.paused:
+        return hold("paused by an operator (kill switch): not scaling")
+    if a.holds:
+        return hold(*a.holds)
+    if ctx.pending_proposal is not None:
+        return hold(f"proposal {ctx.pending_proposal} awaits an operator: not stacking another")
+    since_rescale = None if ctx.last_rescale is None else now - ctx.last_rescale
+    target, reasons = algorithm_1(cfg, a, since_rescale)
+    notes = list(reasons)
+    if target != cur:
+        rounded = _round_to_partitions(target, cur, cfg)
+        if rounded != target:
+            notes.append(f"partition-aware rounding ({cfg.partitions} partitions): {target} → {rounded}")
+            target = rounded
+        if cfg.max_step is not None and abs(target - cur) > cfg.max_step:
+            stepped = cur + cfg.max_step if target > cur else cur - cfg.max_step
+            notes.append(f"maximum step {cfg.max_step}: {target} → {stepped}")
+            target = stepped
+        clamped = min(max(target, cfg.min_parallelism), cfg.max_parallelism)
+        if clamped != target:
+            notes.append(f"clamped to [{cfg.min_parallelism}, {cfg.max_parallelism}]: {target} → {clamped}")
+            target = clamped
+    if target == cur:
+        return Decision(id=did, time=now, kind="no-change", current=cur, target=cur, reasons=tuple(notes))
+    if ctx.last_action is not None and now - ctx.last_action < cfg.grace_s:
+        return hold(*notes, f"grace period: last action {now - ctx.last_action:.0f} s ago "
+                    f"(< {cfg.grace_s:.0f} s), not acting on {cur} → {target}")
+    return Decision(
+        id=did, time=now, kind="scale-out" if target > cur else "scale-in", current=cur, target=target,
+        reasons=tuple(notes), predicted_recovery_s=a.recovery_time(target),
+    )

@@ -1,0 +1,1 @@
+"""Autoscaling policies: the Daedalus loop and the baselines it is compared with."""

@@ -1,0 +1,49 @@
+"""Score a simulated run: the figures of `daedalus simulate --json` and the benchmark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.runner import RunResult
+
+SLO_S = 60.0
+
+
+def _pct(values: np.ndarray | list[float], q: float) -> float | None:
+    a = np.asarray(values, dtype=float)
+    return float(np.percentile(a, q)) if a.size else None
+
+
+def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
+    h = result.history
+    duration = int(h.timestamps.size)
+    latency = h.latency_s
+    loop = np.array([ms for _, ms in result.loop_ms]) if result.loop_ms else np.array([])
+    at = np.array([t for t, _ in result.loop_ms]) if result.loop_ms else np.array([])
+    first = loop[at <= 3600] if loop.size else loop
+    last = loop[at > at.max() - 3600] if loop.size else loop
+    worker_seconds = float(h.scaleout.sum())
+    static = float(result.max_scaleout * duration)
+    lower = float(result.lower_bound[:duration].sum())
+    return {
+        "policy": result.policy,
+        "duration_s": duration,
+        "worker_seconds": worker_seconds,
+        "static_worker_seconds": static,
+        "lower_bound_worker_seconds": lower,
+        "worker_seconds_pct_of_static": 100.0 * worker_seconds / static if static else None,
+        "ratio_to_lower_bound": worker_seconds / lower if lower else None,
+        "latency_s": {"p50": _pct(latency, 50), "p95": _pct(latency, 95), "p99": _pct(latency, 99),
+                      "max": float(latency.max()) if latency.size else None},
+        "seconds_over_slo": int((latency > slo_s).sum()),
+        "slo_s": slo_s,
+        "rescales": result.rescales,
+        "downtime_s": int(h.down.sum()),
+        "capacity_error_pct": {"median": _pct(result.capacity_error_pct, 50),
+                               "p95": _pct(result.capacity_error_pct, 95)},
+        "forecast_wape": {"median": _pct(result.forecast_wape, 50)},
+        "loop_ms": {"median": _pct(loop, 50), "p95": _pct(loop, 95),
+                    "first_hour_median": _pct(first, 50), "last_hour_median": _pct(last, 50)},
+    }

@@ -1,0 +1,19 @@
+"""The paper's experimental setup: workload peak at a fraction of the true capacity at the maximum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.config import LoopConfig
+from sim.simulator import SimConfig, Simulator
+from sim.workloads import rescale_to_peak
+
+
+def scenario(workload: np.ndarray, max_scaleout: int = 12, peak_utilization: float = 0.9, seed: int = 0,
+             **sim_overrides: float) -> tuple[SimConfig, LoopConfig, np.ndarray]:
+    """Settings for a run whose workload peaks at `peak_utilization` × true capacity at `max_scaleout`."""
+    sim_config = SimConfig(max_scaleout=max_scaleout, **sim_overrides)
+    probe = Simulator(np.zeros(1), sim_config, seed=seed)
+    peak = peak_utilization * probe.true_capacity(max_scaleout)
+    loop_config = LoopConfig(max_parallelism=max_scaleout, checkpoint_interval_s=sim_config.checkpoint_interval_s)
+    return sim_config, loop_config, rescale_to_peak(workload, peak)

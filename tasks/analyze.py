@@ -1,0 +1,16 @@
+"""Analyze: a thin task over models.analyze."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from models import analyze as analysis
+from models.config import LoopConfig
+from models.knowledge import Knowledge
+from models.types import Analysis, Observation
+
+
+@task(name="analyze", cache_policy=NO_CACHE)
+def analyze(cfg: LoopConfig, obs: Observation, knowledge: Knowledge, now: float) -> Analysis:
+    return analysis.analyze(cfg, obs, knowledge, now)

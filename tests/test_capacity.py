@@ -1,0 +1,335 @@
+"""CapacityModel: hand-computed cases and the recorded Flink metrics in ../shared/metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.capacity import CapacityModel
+from models.errors import KnowledgeError
+from models.types import Observation
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+METRICS = SHARED / "metrics"
+
+
+def read_metrics(name: str) -> pd.DataFrame:
+    """A Prometheus export: a BOM-prefixed, quoted "Time" column and one column per pod."""
+    path = METRICS / f"{name}.csv"
+    if not path.exists():
+        pytest.skip(f"recorded metrics not found: {path} (the shared data folder sits next to the project)")
+    frame = pd.read_csv(path, encoding="utf-8-sig")
+    frame["Time"] = pd.to_datetime(frame["Time"])
+    return frame.set_index("Time")
+
+
+def recorded_observation(cpu_name: str, throughput_name: str) -> tuple[Observation, pd.DataFrame]:
+    """Both exports joined by pod name (their columns come in different orders), steady state."""
+    cpu = read_metrics(cpu_name)
+    throughput = read_metrics(throughput_name)
+    assert set(cpu.columns) == set(throughput.columns)
+    assert cpu.index.equals(throughput.index)
+    throughput = throughput[cpu.columns]
+    n = len(cpu)
+    obs = Observation(
+        job="recorded",
+        timestamps=cpu.index.astype("int64").to_numpy() / 1e9,
+        workload=throughput.sum(axis=1).to_numpy(dtype=float),
+        throughput={pod: throughput[pod].to_numpy(dtype=float) for pod in cpu.columns},
+        cpu={pod: cpu[pod].to_numpy(dtype=float) for pod in cpu.columns},
+        lag=np.zeros(n),
+        uptime_s=np.full(n, 86_400.0),
+        parallelism=len(cpu.columns),
+    )
+    return obs, throughput
+
+
+def observation(
+    throughput: dict[str, np.ndarray],
+    cpu: dict[str, np.ndarray],
+    parallelism: int,
+    uptime_s: np.ndarray | None = None,
+    start: float = 0.0,
+) -> Observation:
+    n = len(next(iter(cpu.values())))
+    return Observation(
+        job="hand",
+        timestamps=start + np.arange(n, dtype=float),
+        workload=np.zeros(n),
+        throughput=throughput,
+        cpu=cpu,
+        lag=np.zeros(n),
+        uptime_s=np.full(n, 3_600.0) if uptime_s is None else uptime_s,
+        parallelism=parallelism,
+    )
+
+
+# Two workers with exact lines: A: y = 10 + 100·x at mean CPU 0.8; B: y = 5 + 200·x at mean CPU 0.4.
+X_A = np.array([0.7, 0.8, 0.9] * 4)
+X_B = np.array([0.3, 0.4, 0.5] * 4)
+
+
+def line(intercept: float, slope: float, x: np.ndarray) -> np.ndarray:
+    return intercept + slope * x
+
+
+def two_workers(**kwargs: object) -> Observation:
+    return observation({"a": line(10, 100, X_A), "b": line(5, 200, X_B)}, {"a": X_A, "b": X_B}, 2, **kwargs)
+
+
+# --- recorded data ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cpu_name", "throughput_name"),
+    [("data_skew_cpu_12", "data_skew_throughput_12"), ("max_cpu_12", "max_throughput_12")],
+)
+def test_skew_aware_capacity_of_12_real_workers_at_full_load(cpu_name: str, throughput_name: str) -> None:
+    obs, throughput = recorded_observation(cpu_name, throughput_name)
+    model = CapacityModel()
+    model.update(obs)
+    observed_total = throughput.sum(axis=1).mean()
+    estimate = model.capacity_current()
+    error = estimate / observed_total - 1
+    print(f"{cpu_name}: skew-aware estimate {estimate:,.0f}/s vs observed {observed_total:,.0f}/s: {error:+.2%}")
+    assert abs(error) < 0.05  # the paper: within 5 %; ARCHITECTURE.md: about 2 % above on data_skew
+    assert model.workers == tuple(sorted(obs.cpu))
+    assert model.ready and model.observed == {12: pytest.approx(estimate)}
+    # the hot worker gets x_max = 1; the others stay proportional to it
+    x_max = {w: x / max(model.mean_cpu.values()) for w, x in model.mean_cpu.items()}
+    assert max(x_max.values()) == 1.0 and 0.6 < min(x_max.values()) < 0.75
+    # ignoring skew (every worker at full CPU) overestimates by more than 20 %
+    naive = sum(model.regression(w).predict(1.0) for w in model.workers)
+    assert naive / observed_total - 1 > 0.2
+
+
+def test_data_skew_error_is_about_two_percent_above() -> None:
+    obs, throughput = recorded_observation("data_skew_cpu_12", "data_skew_throughput_12")
+    model = CapacityModel()
+    model.update(obs)
+    error = model.capacity_current() / throughput.sum(axis=1).mean() - 1
+    assert 0.0 < error < 0.03  # measured: +2.2 %
+
+
+def test_recorded_data_in_batches_gives_the_same_capacity() -> None:
+    obs, _ = recorded_observation("data_skew_cpu_12", "data_skew_throughput_12")
+    whole = CapacityModel()
+    whole.update(obs)
+    batched = CapacityModel()
+    for part in np.array_split(np.arange(len(obs.timestamps)), 5):
+        batched.update(
+            Observation(
+                job=obs.job,
+                timestamps=obs.timestamps[part],
+                workload=obs.workload[part],
+                throughput={w: v[part] for w, v in obs.throughput.items()},
+                cpu={w: v[part] for w, v in obs.cpu.items()},
+                lag=obs.lag[part],
+                uptime_s=obs.uptime_s[part],
+                parallelism=obs.parallelism,
+            )
+        )
+    assert batched.capacity_current() == pytest.approx(whole.capacity_current(), rel=1e-9)
+
+
+def test_sine_workload_two_workers_linear_and_calibrated() -> None:
+    obs, _ = recorded_observation("sine_cpu_p2", "sine_throughput_p2")
+    model = CapacityModel()
+    model.update(obs)
+    assert len(model.workers) == 2
+    for worker in model.workers:
+        reg = model.regression(worker)
+        assert reg.r2 >= 0.99, (worker, reg.r2)
+        assert 100_000 <= reg.predict(1.0) <= 125_000, (worker, reg.predict(1.0))
+        # CPU at zero throughput ≈ 0.085 (ARCHITECTURE.md): the line crosses y = 0 near there
+        assert 0.0 < -reg.intercept / reg.slope < 0.15
+
+
+# --- hand-computed ------------------------------------------------------------------------------
+
+
+def test_exact_skew_aware_capacities() -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    # x_max,a = 0.8 / 0.8 = 1 → 10 + 100 · 1; x_max,b = 0.4 / 0.8 = 0.5 → 5 + 200 · 0.5
+    assert model.mean_cpu == {"a": pytest.approx(0.8), "b": pytest.approx(0.4)}
+    assert model.worker_capacities() == {"a": pytest.approx(110.0, rel=1e-12), "b": pytest.approx(105.0, rel=1e-12)}
+    assert model.capacity_current() == pytest.approx(215.0, rel=1e-12)
+    ceiling = CapacityModel(cpu_ceiling=0.9)
+    ceiling.update(two_workers())
+    # x_max,a = 0.9 → 100; x_max,b = 0.45 → 95
+    assert ceiling.worker_capacities() == {"a": pytest.approx(100.0, rel=1e-12), "b": pytest.approx(95.0, rel=1e-12)}
+
+
+def test_warm_up_samples_are_ignored() -> None:
+    clean = CapacityModel(warmup_s=60.0)
+    clean.update(two_workers())
+    poison = np.array([1e12, -5.0, 3e9, 0.0])
+    poisoned = observation(
+        {"a": np.concatenate([poison, line(10, 100, X_A)]), "b": np.concatenate([poison[::-1], line(5, 200, X_B)])},
+        {"a": np.concatenate([[0.01, 0.99, 0.5, 0.02], X_A]), "b": np.concatenate([[0.99, 0.0, 0.01, 0.7], X_B])},
+        2,
+        uptime_s=np.concatenate([[0.0, 15.0, 30.0, 59.9], np.full(12, 60.0) + np.arange(12)]),
+    )
+    model = CapacityModel(warmup_s=60.0)
+    model.update(poisoned)
+    assert model.regression("a").n == 12 and model.regression("b").n == 12
+    assert model.mean_cpu == clean.mean_cpu
+    assert model.worker_capacities() == pytest.approx(clean.worker_capacities(), rel=1e-12)
+
+
+def test_missing_and_negative_samples_are_dropped() -> None:
+    a = line(10, 100, X_A)
+    a[[2, 5]] = [np.nan, -1.0]
+    cpu_b = X_B.copy()
+    cpu_b[7] = np.inf
+    model = CapacityModel(min_samples=5)
+    model.update(observation({"a": a, "b": line(5, 200, X_B)}, {"a": X_A, "b": cpu_b}, 2))
+    assert model.regression("a").n == 10 and model.regression("b").n == 11
+    assert model.regression("a").slope == pytest.approx(100.0)
+    assert model.regression("b").intercept == pytest.approx(5.0)
+
+
+def test_observed_capacities_are_preferred_for_seen_scale_outs() -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    capacities, observed = model.capacities(max_scaleout=4, current=2)
+    assert capacities == pytest.approx((107.5, 215.0, 322.5, 430.0), rel=1e-12)
+    assert observed == (False, True, False, False)
+
+    # rescale to 3: a third worker c (y = 20 + 150·x) joins; the partition assignment changes
+    x_a, x_b, x_c = np.full(12, 0.5) + X_A - 0.8, X_B, np.array([0.55, 0.6, 0.65] * 4)
+    model.update(
+        observation(
+            {"a": line(10, 100, x_a), "b": line(5, 200, x_b), "c": line(20, 150, x_c)},
+            {"a": x_a, "b": x_b, "c": x_c},
+            3,
+            start=100.0,
+        )
+    )
+    # x̄ since the rescale: a 0.5, b 0.4, c 0.6 → x_max = 5/6, 2/3, 1
+    expected = {"a": 10 + 100 * 5 / 6, "b": 5 + 200 * 2 / 3, "c": 20 + 150}
+    assert model.worker_capacities() == pytest.approx(expected, rel=1e-12)
+    current = sum(expected.values())
+    mean = current / 3
+    capacities, observed = model.capacities(max_scaleout=4, current=3)
+    assert capacities == pytest.approx((mean, 215.0, current, 4 * mean), rel=1e-12)
+    assert observed == (False, True, True, False)
+    assert model.observed == pytest.approx({2: 215.0, 3: current})
+
+
+def test_rescale_resets_the_mean_cpu() -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    assert model.mean_cpu["a"] == pytest.approx(0.8)
+    # same scale-out, new CPU level: x̄ keeps accumulating
+    hot = np.full(12, 0.2)
+    model.update(observation({"a": line(10, 100, hot), "b": line(5, 200, X_B)}, {"a": hot, "b": X_B}, 2))
+    assert model.mean_cpu["a"] == pytest.approx(0.5)
+    # a rescale (2 → 1): x̄ restarts from the samples after the restart in this window
+    uptime = np.array([4_000.0, 4_001.0, 4_002.0, 0.0, 1.0, 2.0] + [100.0 + i for i in range(10)])
+    x = np.array([0.9, 0.9, 0.9, 0.0, 0.0, 0.0] + [0.3] * 10)
+    model.update(observation({"a": line(10, 100, x)}, {"a": x}, 1, uptime_s=uptime, start=200.0))
+    assert model.workers == ("a",)
+    assert model.mean_cpu == {"a": pytest.approx(0.3)}
+    # the regression keeps everything steady it ever saw: 12 + 12 + 3 (before the restart) + 10
+    assert model.regression("a").n == 37
+    assert model.worker_capacities() == {"a": pytest.approx(110.0)}  # alone, it is the hot worker
+
+
+def test_fallback_through_origin_when_the_regression_is_not_determined() -> None:
+    constant = np.full(12, 0.5)  # no CPU spread: no slope
+    few = X_B[:4]  # fewer than min_samples
+    model = CapacityModel(min_samples=10)
+    model.update(observation({"a": np.full(12, 40.0)}, {"a": constant}, 1))
+    assert model.worker_capacities() == {"a": pytest.approx(40.0 / 0.5)}
+    model = CapacityModel(min_samples=10)
+    model.update(observation({"b": line(5, 200, few)}, {"b": few}, 1))
+    ratio = np.mean(line(5, 200, few)) / np.mean(few)
+    assert model.worker_capacities() == {"b": pytest.approx(ratio)}
+    assert not model.ready and model.observed == {}
+    assert model.capacities(2, 1) == (pytest.approx((ratio, 2 * ratio)), (False, False))
+
+
+def test_capacity_is_never_negative() -> None:
+    # a steep line through a very negative intercept, seen at CPU 0.9–1.0; a cold worker at 0.1
+    x_hot = np.array([0.9, 0.95, 1.0] * 4)
+    x_cold = np.array([0.08, 0.1, 0.12] * 4)
+    model = CapacityModel()
+    model.update(
+        observation(
+            {"hot": line(-500, 1_000, x_hot), "cold": line(-500, 1_000, x_cold) + 500}, {"hot": x_hot, "cold": x_cold}, 2
+        )
+    )
+    capacities = model.worker_capacities()
+    assert capacities["hot"] == pytest.approx(500.0 - 500 * (1 - 1.0 / 0.95) * -1)
+    assert all(c >= 0 for c in capacities.values())
+
+
+def test_empty_model_knows_nothing() -> None:
+    model = CapacityModel()
+    assert model.worker_capacities() == {} and model.capacity_current() == 0.0 and not model.ready
+    assert model.capacities(3, 1) == ((0.0, 0.0, 0.0), (False, False, False))
+
+
+def test_scale_in_inside_the_window_keeps_the_workers_that_still_report() -> None:
+    x = np.array([0.5, 0.6, 0.7] * 4)
+    gone = line(10, 100, x)
+    gone[8:] = np.nan  # removed by the scale-in
+    late = line(10, 100, x)
+    late[-1] = np.nan  # one missed scrape: still a current worker
+    model = CapacityModel()
+    model.update(
+        observation({"a": line(10, 100, x), "b": late, "c": gone}, {"a": x, "b": x, "c": x}, 2, start=0.0)
+    )
+    assert model.workers == ("a", "b")
+
+
+def test_state_round_trips_through_json() -> None:
+    model = CapacityModel(cpu_ceiling=0.95, warmup_s=30.0, min_samples=5)
+    model.update(two_workers())
+    state = json.loads(json.dumps(model.to_state()))
+    restored = CapacityModel.from_state(state)
+    assert restored.to_state() == model.to_state()
+    assert restored.capacities(4, 2) == model.capacities(4, 2)
+    assert (restored.cpu_ceiling, restored.warmup_s, restored.min_samples) == (0.95, 30.0, 5)
+    # the restored model keeps learning like the original
+    for m in (model, restored):
+        m.update(two_workers(start=50.0))
+    assert restored.to_state() == model.to_state()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.pop("regressions"), "lacks regressions"),
+        (lambda s: s["observed"].update({"3": -1.0}), "observed"),
+        (lambda s: s["regressions"]["a"].pop("c_xy"), "lacks c_xy"),
+        (lambda s: s.update(min_samples="many"), "malformed"),
+    ],
+)
+def test_corrupt_state_is_a_knowledge_error(change: object, message: str) -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    state = json.loads(json.dumps(model.to_state()))
+    change(state)
+    with pytest.raises(KnowledgeError, match=message):
+        CapacityModel.from_state(state)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"cpu_ceiling": 0.0}, {"cpu_ceiling": 1.5}, {"warmup_s": -1.0}, {"min_samples": 1}]
+)
+def test_impossible_parameters_are_rejected(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        CapacityModel(**kwargs)
+
+
+def test_misaligned_worker_series_are_rejected() -> None:
+    obs = observation({"a": np.ones(5)}, {"a": np.ones(4)}, 1)
+    with pytest.raises(ValueError, match="align"):
+        CapacityModel().update(obs)
