@@ -11,7 +11,9 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from connectors import targets
+from connectors.inbox import Inbox
 from connectors.store import DEFAULT_URL, KnowledgeStore
+from models.control import ControlMessage, apply_messages
 from models.errors import ConnectorError
 from models.knowledge import Knowledge
 from models.types import Analysis, Decision, Observation, ScalingAction
@@ -43,6 +45,7 @@ class Iteration:
     decision: Decision
     action: ScalingAction | None
     loop_ms: float  # analyze + plan, the loop's own cost
+    notes: tuple[str, ...] = ()  # what the inbox changed
 
     def summary(self) -> dict[str, Any]:
         d, a = self.decision, self.analysis
@@ -50,7 +53,7 @@ class Iteration:
                 "reasons": list(d.reasons), "action": None if self.action is None else self.action.state,
                 "loop_ms": round(self.loop_ms, 3), "capacity_current": a.capacity(a.scaleout),
                 "forecast_peak": a.forecast.peak, "forecast_method": a.forecast.method,
-                "forecast_wape": a.forecast.previous_wape}
+                "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes)}
 
 
 def expire_proposal(knowledge: Knowledge, now: float) -> None:
@@ -64,8 +67,13 @@ def expire_proposal(knowledge: Knowledge, now: float) -> None:
         knowledge.pending = None
 
 
-def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases) -> Iteration:
-    """monitor → analyze → plan → execute, once."""
+def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases,
+            messages: list[ControlMessage] | None = None) -> Iteration:
+    """Apply the inbox, then monitor → analyze → plan → execute, once.
+
+    An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
+    the plan is still made and reported.
+    """
     cfg, job = target.config, target.job
     now = target.clock.now()
     try:
@@ -75,12 +83,17 @@ def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases) -> Ite
     obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, parallelism,
                           call=phases.monitor)
     expire_proposal(knowledge, now)
+    applied = apply_messages(knowledge, messages or [], cfg, obs.parallelism, now)
     started = time.perf_counter()
     a = phases.analyze(cfg, obs, knowledge, now)
     d = phases.plan(cfg, a, knowledge, now)
     loop_ms = 1000 * (time.perf_counter() - started)
-    action = phases.execute(cfg, d, knowledge, target.scaler, now)
-    return Iteration(obs, a, d, action, loop_ms)
+    operator = applied.decision
+    if operator is not None and operator.changes:
+        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True)
+    else:
+        action = phases.execute(cfg, d, knowledge, target.scaler, now)
+    return Iteration(obs, a, d, action, loop_ms, tuple(applied.notes))
 
 
 @task(name="load-knowledge", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
@@ -103,10 +116,14 @@ def save_knowledge(store: KnowledgeStore, knowledge: Knowledge) -> int:
 @flow(name="mape-k", description="One Daedalus MAPE-K iteration for one streaming job.")
 def mape_k(job: str, store_url: str = DEFAULT_URL) -> dict[str, Any]:
     target = targets.get(job)
-    store = KnowledgeStore(store_url)
+    store, inbox = KnowledgeStore(store_url), Inbox(store_url)
     knowledge, _ = load_knowledge(store, target)
-    it = iterate(target, knowledge, ORCHESTRATED)
+    waiting = inbox.pending(job)
+    it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting])
     version = save_knowledge(store, knowledge)
+    inbox.ack([path for path, _ in waiting])
+    for note in it.notes:
+        get_run_logger().info("%s: %s", job, note)
     publish(job, it.analysis, it.decision, it.action, version)
     get_run_logger().info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

@@ -497,13 +497,14 @@ class Forecaster:
         served_wape = _score_pending(self._pending_served, ts, y)
         if not math.isnan(served_wape):
             self.served_wape = served_wape
-        # The model's own forecast when there is one, else the served one (the fallback line).
-        judged = model_wape if self._pending_model is not None else served_wape
+        # The model's own forecast when there is a model, else the served one (the fallback line).
+        has_model = self._params is not None
+        judged = model_wape if has_model else served_wape
         if math.isnan(judged):
             return
         self.previous_wape = judged
         self._wape_history.append(judged)
-        if self._pending_model is not None:
+        if has_model:
             self.poor_loops = self.poor_loops + 1 if judged > self.wape_threshold else 0
 
     # ------------------------------------------------------------------ internals: model

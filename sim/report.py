@@ -13,6 +13,7 @@ SLO_S = 60.0
 
 def _pct(values: np.ndarray | list[float], q: float) -> float | None:
     a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
     return float(np.percentile(a, q)) if a.size else None
 
 
@@ -36,8 +37,8 @@ def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
         "worker_seconds_pct_of_static": 100.0 * worker_seconds / static if static else None,
         "ratio_to_lower_bound": worker_seconds / lower if lower else None,
         "latency_s": {"p50": _pct(latency, 50), "p95": _pct(latency, 95), "p99": _pct(latency, 99),
-                      "max": float(latency.max()) if latency.size else None},
-        "seconds_over_slo": int((latency > slo_s).sum()),
+                      "max": _pct(latency, 100)},
+        "seconds_over_slo": int((np.nan_to_num(latency) > slo_s).sum()),
         "slo_s": slo_s,
         "rescales": result.rescales,
         "downtime_s": int(h.down.sum()),

@@ -39,13 +39,13 @@ class SimConfig:
     partitions: int | None = None  # None: one partition per worker at the maximum scale-out
     worker_capacity: float = 110_000.0  # tuples/s at full CPU
     heterogeneity: float = 0.10  # worker capacities spread ± this fraction, fixed per seed
-    skew: float = 0.3  # partition weights ∝ exp(skew · z), z standard normal
+    skew: float = 0.15  # partition weights ∝ exp(skew · z), z standard normal
     idle_cpu: float = 0.085  # CPU at zero throughput
     cpu_noise: float = 0.01  # std of the additive CPU noise
     throughput_noise: float = 0.0  # relative std of the noise on reported throughput
     downtime_out_s: float = 30.0
     downtime_in_s: float = 15.0
-    downtime_noise_s: float = 3.0  # downtime ± U(0, this)
+    downtime_noise_s: float = 3.0  # downtime + U(−this, this), rounded to whole seconds
     checkpoint_interval_s: float = 10.0
     start: float = 1_767_225_600.0  # epoch of second 0 (2026-01-01T00:00:00Z)
     base_latency_s: float = 0.5  # latency of a tuple processed in the second it arrives
@@ -69,11 +69,16 @@ class SimConfig:
         require(finite("heterogeneity") and 0 <= self.heterogeneity < 1, "heterogeneity", "in [0, 1)")
         require(finite("skew") and self.skew >= 0, "skew", ">= 0")
         require(finite("idle_cpu") and 0 <= self.idle_cpu < 1, "idle_cpu", "in [0, 1)")
-        for name in ("cpu_noise", "throughput_noise", "downtime_out_s", "downtime_in_s", "downtime_noise_s",
-                     "base_latency_s"):
+        for name in (
+            "cpu_noise",
+            "throughput_noise",
+            "downtime_out_s",
+            "downtime_in_s",
+            "downtime_noise_s",
+            "base_latency_s",
+        ):
             require(finite(name) and getattr(self, name) >= 0, name, ">= 0")
-        require(finite("checkpoint_interval_s") and self.checkpoint_interval_s > 0,
-                "checkpoint_interval_s", "positive")
+        require(finite("checkpoint_interval_s") and self.checkpoint_interval_s > 0, "checkpoint_interval_s", "positive")
         require(finite("start"), "start", "a finite epoch")
 
     @property
@@ -152,7 +157,6 @@ class Simulator:
         self._checkpoint = np.zeros(n_parts)
         # History, one row per second of the workload; np.empty leaves unused rows uncommitted.
         steps = len(workload)
-        self._proc = np.empty((steps, n_slots))  # actual tuples processed per worker slot
         self._tp = np.empty((steps, n_slots))  # reported throughput, NaN where the worker did not exist
         self._cpu = np.empty((steps, n_slots))
         self._position_hist = np.empty((steps, n_parts))  # position after each step
@@ -224,8 +228,9 @@ class Simulator:
     def scale(self, target: int) -> None:
         """Rescale to `target` now: stop for the downtime, then restart from the last checkpoint.
 
-        A target equal to the current scale-out is a restart (scale-in downtime). A call during a
-        rescale replaces its target and the downtime starts again from now.
+        The downtime is drawn once and rounded to whole seconds (the step). A target equal to the
+        current scale-out is a restart (scale-in downtime). A call during a rescale replaces its
+        target and the downtime starts again from now.
         """
         self._check_scaleout(target, "target")
         target = int(target)
@@ -251,9 +256,7 @@ class Simulator:
         seconds = int(seconds)
         t0, t1 = self._t, self._t + seconds
         if t1 > len(self._workload):
-            raise ValueError(
-                f"the workload has {len(self._workload)} s; cannot advance {seconds} s from second {t0}"
-            )
+            raise ValueError(f"the workload has {len(self._workload)} s; cannot advance {seconds} s from second {t0}")
         cfg = self.config
         n_slots = cfg.max_scaleout
         cpu_noise = self._cpu_rng.normal(0.0, cfg.cpu_noise, (seconds, n_slots))
@@ -261,10 +264,10 @@ class Simulator:
 
         backlog, position, checkpoint = self._backlog, self._position, self._checkpoint
         owner, capacity, weights = self._owner, self._capacity, self._weights
-        proc, taken_hist, workload = self._proc, self._taken_hist, self._workload
+        taken_hist, workload = self._taken_hist, self._workload
         interval, restart = cfg.checkpoint_interval_s, self._restart
         first_up = max(t0, min(t1, self._down_until))
-        proc[t0:first_up] = 0.0
+        processed = np.zeros((seconds, n_slots))  # actual tuples per worker slot, 0 while down
         taken_hist[t0:first_up] = 0.0
         for t in range(t0, t1):
             backlog += workload[t] * weights
@@ -275,7 +278,7 @@ class Simulator:
                 taken = backlog * ratio[owner]
                 backlog -= taken
                 position += taken
-                proc[t] = done
+                processed[t - t0] = done
                 taken_hist[t] = taken
                 uptime = t + 1 - restart
                 if uptime // interval > (uptime - 1) // interval:
@@ -286,9 +289,8 @@ class Simulator:
         steps = slice(t0, t1)
         down = np.arange(t0, t1) < first_up
         exists = np.arange(n_slots) < self._scaleout
-        done = proc[steps]
-        self._tp[steps] = np.where(exists, np.maximum(done * (1 + tp_noise), 0.0), np.nan)
-        cpu = cfg.idle_cpu + (1 - cfg.idle_cpu) * done / capacity + cpu_noise
+        self._tp[steps] = np.where(exists, np.maximum(processed * (1 + tp_noise), 0.0), np.nan)
+        cpu = cfg.idle_cpu + (1 - cfg.idle_cpu) * processed / capacity + cpu_noise
         cpu = np.clip(cpu, 0.0, 1.0)
         cpu[down] = 0.0
         self._cpu[steps] = np.where(exists, cpu, np.nan)

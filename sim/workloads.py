@@ -73,14 +73,11 @@ def _detect(path: Path, line: int, header: str) -> tuple[str, str]:
         if sep == "," and fields[0] == "date":
             return "date", sep
     raise WorkloadError(
-        f"{path}: unknown workload format, header {header!r} (line {line}); "
-        f"known formats: {', '.join(KNOWN_FORMATS)}"
+        f"{path}: unknown workload format, header {header!r} (line {line}); known formats: {', '.join(KNOWN_FORMATS)}"
     )
 
 
-def _parse_rows(
-    path: Path, rows: list[tuple[int, str]], sep: str, kind: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _parse_rows(path: Path, rows: list[tuple[int, str]], sep: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Keys (seconds, epoch seconds or datetimes as seconds from the first) and values of the rows.
 
     Missing samples (`null`) are left out: the resampling fills them by interpolation.
@@ -158,9 +155,7 @@ def rescale_to_peak(workload: np.ndarray, peak: float) -> np.ndarray:
     return workload * (peak / top)
 
 
-def sine_workload(
-    hours: float = 6.0, period_s: float = 10_800, low: float = 5_000, high: float = 60_000
-) -> np.ndarray:
+def sine_workload(hours: float = 6.0, period_s: float = 10_800, low: float = 5_000, high: float = 60_000) -> np.ndarray:
     """The paper's WordCount workload: a sine from the mid value rising, between `low` and `high`.
 
     With the defaults it is ``paper/sine_60000_6h.csv`` (two periods in 6 h) without the file's

@@ -63,10 +63,13 @@ def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float) 
 
 
 @task(name="execute", cache_policy=NO_CACHE)
-def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float
-            ) -> ScalingAction | None:
+def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float,
+            operator: bool = False) -> ScalingAction | None:
+    """Act on the decision per the job's mode; an operator's own action (approved, manual) always acts."""
     if not decision.changes:
         return None
+    if operator:
+        return apply(decision, knowledge, scaler, now)
     if cfg.mode == "approve":
         return propose(decision, knowledge, now, cfg.proposal_ttl_s)
     return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run")

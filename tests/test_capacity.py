@@ -256,18 +256,13 @@ def test_fallback_through_origin_when_the_regression_is_not_determined() -> None
 
 
 def test_capacity_is_never_negative() -> None:
-    # a steep line through a very negative intercept, seen at CPU 0.9–1.0; a cold worker at 0.1
-    x_hot = np.array([0.9, 0.95, 1.0] * 4)
-    x_cold = np.array([0.08, 0.1, 0.12] * 4)
-    model = CapacityModel()
-    model.update(
-        observation(
-            {"hot": line(-500, 1_000, x_hot), "cold": line(-500, 1_000, x_cold) + 500}, {"hot": x_hot, "cold": x_cold}, 2
-        )
-    )
-    capacities = model.worker_capacities()
-    assert capacities["hot"] == pytest.approx(500.0 - 500 * (1 - 1.0 / 0.95) * -1)
-    assert all(c >= 0 for c in capacities.values())
+    # y = -600 + 1,000·x seen at CPU 0.65–0.75; with a usable ceiling of 0.5 the line gives -100
+    x = np.array([0.65, 0.7, 0.75] * 4)
+    model = CapacityModel(cpu_ceiling=0.5)
+    model.update(observation({"a": line(-600, 1_000, x)}, {"a": x}, 1))
+    assert model.regression("a").predict(0.5) == pytest.approx(-100.0)
+    assert model.worker_capacities() == {"a": 0.0}
+    assert model.capacities(2, 1) == ((0.0, 0.0), (True, False))
 
 
 def test_empty_model_knows_nothing() -> None:
@@ -283,9 +278,7 @@ def test_scale_in_inside_the_window_keeps_the_workers_that_still_report() -> Non
     late = line(10, 100, x)
     late[-1] = np.nan  # one missed scrape: still a current worker
     model = CapacityModel()
-    model.update(
-        observation({"a": line(10, 100, x), "b": late, "c": gone}, {"a": x, "b": x, "c": x}, 2, start=0.0)
-    )
+    model.update(observation({"a": line(10, 100, x), "b": late, "c": gone}, {"a": x, "b": x, "c": x}, 2, start=0.0))
     assert model.workers == ("a", "b")
 
 
@@ -321,9 +314,7 @@ def test_corrupt_state_is_a_knowledge_error(change: object, message: str) -> Non
         CapacityModel.from_state(state)
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"cpu_ceiling": 0.0}, {"cpu_ceiling": 1.5}, {"warmup_s": -1.0}, {"min_samples": 1}]
-)
+@pytest.mark.parametrize("kwargs", [{"cpu_ceiling": 0.0}, {"cpu_ceiling": 1.5}, {"warmup_s": -1.0}, {"min_samples": 1}])
 def test_impossible_parameters_are_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         CapacityModel(**kwargs)

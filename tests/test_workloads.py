@@ -94,7 +94,11 @@ def test_multiday_trace_compressed_to_six_hours(workloads: Path) -> None:
     w = load_workload(workloads / "multiday" / "taxi_1h.csv", hours=6)
     assert len(w) == 21600
     assert w[0] == pytest.approx(119716.82999045)  # first row of the file
-    assert w[-1] == pytest.approx(125292.8708887943, rel=0.05)  # compressed onto the last second
+    assert w[-1] == pytest.approx(125292.8708887943)  # last row of the file, on the last second
+    # 504 h onto 21,600 points: point 1 is 1,814,400 / 21,599 = 84.0039 s into the trace, on the
+    # line between the first two rows (00:00 and 01:00).
+    first, second = 119716.82999045262, 111440.9802199512
+    assert w[1] == pytest.approx(first + (second - first) * (1_814_400 / 21_599) / 3600)
 
 
 # --- hand-made traces ---------------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""The jobs file: one source of truth for every streaming job a Daedalus installation scales.
+
+YAML with `defaults` merged under each entry of `jobs`. Unknown keys are errors; every error names the
+file, the job and the field. Durations accept seconds (`600`) or a unit (`600s`, `10m`, `1h`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+
+from models.config import LoopConfig
+from models.errors import ConfigurationError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _seconds(value: Any) -> Any:
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 600, 600s, 10m, 1h)")
+        return float(m.group(1)) * _UNITS[m.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+Engine = Literal["flink", "kafka-streams", "spark", "sim"]
+ENGINES: tuple[str, ...] = ("flink", "kafka-streams", "spark", "sim")
+ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "sim"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PrometheusSettings(Strict):
+    url: HttpUrl
+    timeout: Duration = 10.0
+    step: Duration = 15.0  # range-query resolution
+    retries: int = Field(3, ge=0, le=10)
+
+
+class ScaleTarget(Strict):
+    kind: ScaleKind
+    namespace: str = "default"
+    name: str
+    # FlinkDeployment: scale TaskManager replicas or the job's parallelism.
+    flink_field: Literal["taskmanager.replicas", "job.parallelism"] = "job.parallelism"
+
+
+class Parallelism(Strict):
+    min: int = Field(1, ge=1)
+    max: int = Field(12, ge=1)
+    max_step: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Parallelism:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be ≥ min ({self.min})")
+        return self
+
+
+class Blackout(Strict):
+    """A daily window (UTC) in which the loop decides and reports but never acts."""
+
+    start: time
+    end: time
+
+    def contains(self, t: time) -> bool:
+        if self.start <= self.end:
+            return self.start <= t < self.end
+        return t >= self.start or t < self.end
+
+
+class SimSettings(Strict):
+    """The embedded simulated job as a target (engine `sim`)."""
+
+    workload: str = "sine"  # "sine" or a path to a trace
+    peak_utilization: float = Field(0.9, gt=0, le=2)
+    seed: int = 0
+    speedup: float = Field(1.0, gt=0)  # simulated seconds per wall-clock second
+
+
+class JobSpec(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    engine: Engine
+    prometheus: PrometheusSettings | None = None
+    selector: dict[str, str] = Field(default_factory=dict)
+    source: dict[str, str] = Field(default_factory=dict)
+    queries: dict[str, str] = Field(default_factory=dict)  # per-job PromQL template overrides
+    scale_target: ScaleTarget
+    parallelism: Parallelism = Parallelism()
+    partitions: int | None = Field(None, ge=1)
+    target_recovery_time: Duration = 600.0
+    checkpoint_interval: Duration = 10.0
+    mode: Literal["auto", "approve", "dry-run"] = "auto"
+    approval_timeout: Duration = 600.0
+    blackout: tuple[Blackout, ...] = ()
+    sim: SimSettings | None = None
+    store_url: str | None = None
+
+    @model_validator(mode="after")
+    def _engine_needs(self) -> JobSpec:
+        if self.engine == "sim":
+            if self.scale_target.kind != "sim":
+                raise ValueError("engine 'sim' scales through scale_target.kind 'sim'")
+            return self
+        if self.prometheus is None:
+            raise ValueError(f"engine {self.engine!r} needs prometheus.url")
+        if not self.selector:
+            raise ValueError(f"engine {self.engine!r} needs a selector (labels that pick the job's series)")
+        return self
+
+    def loop_config(self) -> LoopConfig:
+        return LoopConfig(
+            min_parallelism=self.parallelism.min,
+            max_parallelism=self.parallelism.max,
+            max_step=self.parallelism.max_step,
+            partitions=self.partitions,
+            target_recovery_s=self.target_recovery_time,
+            checkpoint_interval_s=self.checkpoint_interval,
+            mode=self.mode,
+            proposal_ttl_s=self.approval_timeout,
+        )
+
+
+class JobsFile(Strict):
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    jobs: tuple[JobSpec, ...]
+    path: str = "<memory>"
+
+    def job(self, name: str) -> JobSpec:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        known = ", ".join(j.name for j in self.jobs) or "none"
+        raise ConfigurationError(f"{self.path}: no job {name!r}; known: {known}")
+
+
+def _merge(defaults: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(defaults)
+    for key, value in job.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _where(path: str, raw_jobs: list[Any], loc: tuple[Any, ...]) -> str:
+    idx, field = loc[0], ".".join(str(p) for p in loc[1:]) or "(entry)"
+    name = raw_jobs[idx].get("name", "?") if isinstance(idx, int) and isinstance(raw_jobs[idx], dict) else "?"
+    return f"{path}: job {name!r} (jobs[{idx}]), field {field}"
+
+
+def parse_jobs(data: Any, path: str = "<memory>") -> JobsFile:
+    """Validate a parsed jobs document; collects every error and raises once."""
+    if not isinstance(data, dict) or set(data) - {"defaults", "jobs"} or "jobs" not in data:
+        raise ConfigurationError(f"{path}: a jobs file has `jobs:` (a list) and optionally `defaults:`, nothing else")
+    defaults = data.get("defaults") or {}
+    raw_jobs = data["jobs"]
+    if not isinstance(defaults, dict) or not isinstance(raw_jobs, list) or not raw_jobs:
+        raise ConfigurationError(f"{path}: `defaults` must be a mapping and `jobs` a non-empty list")
+    errors: list[str] = []
+    jobs: list[JobSpec] = []
+    for i, raw in enumerate(raw_jobs):
+        if not isinstance(raw, dict):
+            errors.append(f"{path}: jobs[{i}] must be a mapping, got {type(raw).__name__}")
+            continue
+        try:
+            jobs.append(JobSpec.model_validate(_merge(defaults, raw)))
+        except ValidationError as exc:
+            errors += [f"{_where(path, raw_jobs, (i, *e['loc']))}: {e['msg']}" for e in exc.errors()]
+    names = [j.name for j in jobs]
+    errors += [f"{path}: job {n!r} is defined twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    if errors:
+        raise ConfigurationError("\n".join(errors))
+    return JobsFile(defaults=defaults, jobs=tuple(jobs), path=path)
+
+
+def load_jobs(path: str | Path) -> JobsFile:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigurationError(f"{p}: cannot read the jobs file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{p}: not valid YAML ({exc})") from exc
+    return parse_jobs(data, str(p))

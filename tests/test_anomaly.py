@@ -1,0 +1,241 @@
+"""Anomaly detection and observed recovery: a hand-made series and recorded Flink rescalings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.anomaly import AnomalyDetector, RecoveryTracker, observed_recovery_time
+from models.errors import KnowledgeError
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+METRICS = SHARED / "metrics"
+
+
+def read_series(name: str) -> pd.Series:
+    """A one-series Prometheus export (BOM, quoted "Time" header), indexed by epoch seconds."""
+    path = METRICS / f"{name}.csv"
+    if not path.exists():
+        pytest.skip(f"recorded metrics not found: {path} (the shared data folder sits next to the project)")
+    frame = pd.read_csv(path, encoding="utf-8-sig")
+    index = pd.to_datetime(frame["Time"]).astype("int64").to_numpy() / 1e9
+    return pd.Series(frame.iloc[:, 1].to_numpy(dtype=float), index=index, name=name)
+
+
+def epoch(text: str) -> float:
+    return pd.Timestamp(text).value / 1e9
+
+
+# --- the hand-made series -----------------------------------------------------------------------
+# 1 s steps. t = 0 … 39: steady, residual alternating +1 / -1 (mean 0, std 1: ±1 is normal, k = 1).
+# Rescale at t = 40. t = 40, 41: still normal (metrics lag the rescale). t = 42 … 46: downtime, the
+# residual is the whole workload (100). t = 47: one normal point on the way down (0.4). t = 48 … 53:
+# catch-up, throughput above workload (-60). t = 54: normal, t = 55: a last catch-up blip (-30).
+# From t = 56 on: steady again (|r| ≤ 0.9). Recovery ends at 56, 16 s after the rescale.
+STEADY = [1.0, -1.0] * 20
+RECOVERY = [0.5, -0.5] + [100.0] * 5 + [0.4] + [-60.0] * 6 + [0.2, -30.0]
+AFTER = [0.9, -0.3, 0.0, 0.6, -0.9, 0.1, -0.2, 0.3]
+HAND = np.array(STEADY + RECOVERY + AFTER)
+HAND_T = np.arange(len(HAND), dtype=float) + 1_000.0
+RESCALE = 1_040.0
+
+
+def test_detector_statistics_equal_numpy_and_one_sigma_rule() -> None:
+    detector = AnomalyDetector()
+    for value in STEADY:
+        detector.update(value)
+    assert detector.n == 40
+    assert detector.mean == pytest.approx(0.0, abs=1e-12)
+    assert detector.std == pytest.approx(np.std(STEADY), rel=1e-12)
+    assert detector.std == pytest.approx(1.0, rel=1e-12)
+    assert not detector.is_anomalous(0.99) and not detector.is_anomalous(-0.99)
+    assert detector.is_anomalous(1.01) and detector.is_anomalous(-1.5) and detector.is_anomalous(100.0)
+    assert AnomalyDetector(k=2.0).k == 2.0
+
+
+def test_detector_batch_learning_equals_point_learning_and_skips_missing() -> None:
+    point, batch = AnomalyDetector(), AnomalyDetector()
+    rng = np.random.default_rng(3)
+    values = rng.normal(-2_000, 400, 100)
+    for value in values:
+        point.update(value)
+    point.update(float("nan"))
+    batch.update_many(np.append(values, [np.nan, np.inf]))
+    assert point.n == batch.n == 100
+    assert batch.mean == pytest.approx(np.mean(values), rel=1e-12)
+    assert batch.std == pytest.approx(np.std(values), rel=1e-12)
+    assert point.std == pytest.approx(batch.std, rel=1e-12)
+
+
+def test_missing_residual_is_not_normal_and_nothing_is_judged_before_two_points() -> None:
+    detector = AnomalyDetector()
+    assert not detector.is_anomalous(1e9)  # nothing learned yet
+    detector.update(5.0)
+    assert not detector.is_anomalous(1e9)
+    detector.update(7.0)
+    assert detector.is_anomalous(1e9) and detector.is_anomalous(float("nan"))
+
+
+def test_hand_made_recovery_end_is_known_exactly() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(HAND[HAND_T < RESCALE])
+    tracker = RecoveryTracker(RESCALE, detector)
+    for t, r in zip(HAND_T, HAND, strict=True):
+        tracker.update(t, r)  # points before the rescale are ignored
+    assert tracker.recovered
+    assert tracker.recovered_at == 1_056.0
+    assert tracker.observed_recovery_s == 16.0
+    assert observed_recovery_time(HAND_T, HAND + 500.0, np.full(len(HAND), 500.0), RESCALE, RESCALE) == 16.0
+
+
+def test_consecutive_and_require_anomaly_change_the_answer_as_documented() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    one = RecoveryTracker(RESCALE, detector, consecutive=1)
+    one.update_many(HAND_T, HAND)
+    assert one.recovered_at == 1_047.0  # the single normal point between downtime and catch-up
+    eager = RecoveryTracker(RESCALE, detector, consecutive=2, require_anomaly=False)
+    eager.update_many(HAND_T, HAND)
+    assert eager.recovered_at == RESCALE  # the two points before the downtime became visible
+    never = RecoveryTracker(RESCALE, detector)
+    never.update_many(HAND_T[:56], HAND[:56])
+    assert not never.recovered and never.recovered_at is None and never.observed_recovery_s is None
+
+
+def test_tracker_freezes_the_statistics_and_ignores_repeated_points() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    tracker = RecoveryTracker(RESCALE, detector)
+    detector.update_many([1e6, -1e6])  # the caller's detector changes later: the tracker's does not
+    assert tracker.detector.std == pytest.approx(1.0)
+    tracker.update_many(HAND_T[:50], HAND[:50])
+    tracker.update_many(HAND_T[40:], HAND[40:])  # overlapping window fed again
+    assert tracker.recovered_at == 1_056.0
+    tracker.update(2_000.0, 1e9)  # after recovery, nothing changes
+    assert tracker.recovered_at == 1_056.0
+
+
+def test_missing_points_during_recovery_count_as_anomalous() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    residual = HAND.copy()
+    residual[57] = np.nan  # the job does not report in the middle of the steady run
+    tracker = RecoveryTracker(RESCALE, detector)
+    tracker.update_many(HAND_T, residual)
+    assert tracker.recovered_at == 1_058.0
+
+
+def test_states_round_trip_through_json_mid_recovery() -> None:
+    detector = AnomalyDetector(k=1.5)
+    detector.update_many(STEADY)
+    restored = AnomalyDetector.from_state(json.loads(json.dumps(detector.to_state())))
+    assert restored.to_state() == detector.to_state() and restored.k == 1.5
+
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    tracker = RecoveryTracker(RESCALE, detector)
+    tracker.update_many(HAND_T[:57], HAND[:57])  # stops inside the final normal run
+    state = json.loads(json.dumps(tracker.to_state()))
+    assert all(isinstance(v, float) for v in state.values())
+    resumed = RecoveryTracker.from_state(state)
+    assert resumed.to_state() == tracker.to_state()
+    resumed.update_many(HAND_T[57:], HAND[57:])
+    assert resumed.recovered_at == 1_056.0
+    done = RecoveryTracker.from_state(json.loads(json.dumps(resumed.to_state())))
+    assert done.recovered_at == 1_056.0 and done.observed_recovery_s == 16.0
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [({"n": 2.0, "mean": 0.0, "m2": 1.0}, "lacks k"), ({"k": 0.0, "n": 2.0, "mean": 0.0, "m2": 1.0}, "positive")],
+)
+def test_corrupt_detector_state_is_a_knowledge_error(state: dict, message: str) -> None:
+    with pytest.raises(KnowledgeError, match=message):
+        AnomalyDetector.from_state(state)
+
+
+def test_corrupt_tracker_state_is_a_knowledge_error() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    state = RecoveryTracker(RESCALE, detector).to_state()
+    del state["rescale_time"]
+    with pytest.raises(KnowledgeError, match="rescale_time"):
+        RecoveryTracker.from_state(state)
+    state = RecoveryTracker(RESCALE, detector).to_state()
+    state["consecutive"] = 0.0
+    with pytest.raises(KnowledgeError, match="consecutive"):
+        RecoveryTracker.from_state(state)
+
+
+def test_bad_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError, match="k"):
+        AnomalyDetector(k=0.0)
+    with pytest.raises(ValueError, match="consecutive"):
+        RecoveryTracker(0.0, AnomalyDetector(), consecutive=0)
+    with pytest.raises(ValueError, match="after rescale_time"):
+        observed_recovery_time(HAND_T, HAND, np.zeros(len(HAND)), RESCALE, RESCALE + 1)
+    with pytest.raises(ValueError, match="fewer than two"):
+        observed_recovery_time(HAND_T, HAND, np.zeros(len(HAND)), RESCALE, HAND_T[1])
+    with pytest.raises(ValueError, match="same length"):
+        observed_recovery_time(HAND_T, HAND, np.zeros(3), RESCALE, RESCALE)
+
+
+# --- recorded Flink rescalings (15 s steps) -----------------------------------------------------
+# The first rescale: throughput stops following the workload after 20:52:00 (savepoint and stop),
+# drops to 0 at 20:53:15 (downtime), overshoots while catching up and settles a few minutes later.
+FIRST_RESCALE = "2023-01-21 20:52:00"
+
+
+def recorded() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    workload = read_series("anomaly_detection_workload")
+    throughput = read_series("anomaly_detection_throughput")
+    assert np.array_equal(workload.index, throughput.index)
+    return workload.index.to_numpy(), workload.to_numpy(), throughput.to_numpy()
+
+
+def runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, length) of every run of True."""
+    edges = np.diff(np.concatenate([[0], flags.astype(int), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    return list(zip(starts.tolist(), (ends - starts).tolist(), strict=True))
+
+
+def test_recorded_rescaling_has_anomalous_stretches_and_a_recovery_end() -> None:
+    t, workload, throughput = recorded()
+    assert np.all(np.diff(t) == 15.0)
+    residual = workload - throughput
+    rescale = epoch(FIRST_RESCALE)
+    # learn on the first steady stretch: the 12 minutes before the first rescale
+    detector = AnomalyDetector()
+    detector.update_many(residual[t < rescale])
+    assert detector.n == 48 and 0 < detector.std < 1_000
+    anomalous = np.array([detector.is_anomalous(r) for r in residual])
+    # the downtime is a long anomalous stretch right after the rescale
+    after = [(start, length) for start, length in runs(anomalous) if t[start] >= rescale]
+    first_start, first_length = after[0]
+    assert t[first_start] - rescale <= 60 and first_length >= 8
+    assert throughput[first_start : first_start + first_length].min() == 0.0  # the downtime is inside
+    # there are more anomalous stretches later in the trace (the other rescalings)
+    assert sum(length >= 3 for _, length in runs(anomalous)) >= 3
+    # the end of recovery: after the job came back, within the paper's 600 s target
+    recovery_s = observed_recovery_time(t, workload, throughput, rescale, rescale)
+    assert recovery_s is not None
+    downtime_end = t[(t > rescale) & (throughput > 0) & (np.arange(len(t)) > np.argmin(throughput))][0]
+    assert downtime_end - rescale < recovery_s <= 600
+    assert recovery_s % 15 == 0
+    assert recovery_s == 375.0  # measured: 20:58:15, after the catch-up overshoot has settled
+    tracker = RecoveryTracker(rescale, detector)
+    tracker.update_many(t, residual)
+    assert tracker.recovered_at == rescale + recovery_s
+    assert not any(detector.is_anomalous(r) for r in residual[(t >= tracker.recovered_at)][:3])
+
+
+def test_recorded_second_scale_out_recovers_too() -> None:
+    t, workload, throughput = recorded()
+    rescale = epoch("2023-01-21 21:51:45")  # throughput stalls, then drops to 0 at 21:52:30
+    recovery_s = observed_recovery_time(t, workload, throughput, rescale, rescale)
+    assert recovery_s is not None and 60 < recovery_s <= 600
