@@ -13,13 +13,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from flows import cli_bench, cli_connectors, cli_ops, cli_pipeline
 from models.errors import DaedalusError
 
 app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processing jobs, on Prefect.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
+                    no_args_is_help=True)
+app.add_typer(bench, name="bench")
 console = Console(stderr=True)
-
-POLICIES = ("daedalus", "static")
 
 
 def _progress() -> Progress:
@@ -59,6 +61,7 @@ def _fail(exc: Exception) -> None:
 
 def _run_sim(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
              orchestrated: bool, description: str) -> tuple[Any, dict[str, Any]]:
+    from models import policies
     from sim.report import score
     from sim.runner import run
     from sim.scenario import scenario
@@ -66,7 +69,8 @@ def _run_sim(workload_values: Any, policy: str, max_scaleout: int, peak_utilizat
     sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed)
     with _progress() as progress:
         bar = progress.add_task(description, total=None)
-        result = run(workload, policy, sim_config, loop_config, seed=seed, orchestrated=orchestrated,
+        result = run(workload, policies.make(policy, max_scaleout), sim_config, loop_config, seed=seed,
+                     orchestrated=orchestrated,
                      on_loop=lambda done, total: progress.update(bar, completed=done, total=total))
     return result, score(result)
 
@@ -75,7 +79,7 @@ def _run_sim(workload_values: Any, policy: str, max_scaleout: int, peak_utilizat
 def simulate(
     workload: Annotated[Path, typer.Option(help="Workload trace (second|count, timestamp|value or date,messages)")],
     json_out: Annotated[Path, typer.Option("--json", help="Where to write the report (JSON)")],
-    policy: Annotated[str, typer.Option(help=f"One of: {', '.join(POLICIES)}")] = "daedalus",
+    policy: Annotated[str, typer.Option(help="static, hpa-80, hpa-85, ds2 or daedalus")] = "daedalus",
     max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     seed: Annotated[int, typer.Option()] = 0,
@@ -83,10 +87,11 @@ def simulate(
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
+    from models import policies
     from sim.workloads import load_workload
 
-    if policy not in POLICIES:
-        _fail(ValueError(f"no policy {policy!r}; known: {', '.join(POLICIES)}"))
+    if policy not in policies.names():
+        _fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
         values = load_workload(workload, hours=hours)
         _, report = _run_sim(values, policy, max_scaleout, peak_utilization, seed, prefect, workload.name)
@@ -117,6 +122,10 @@ def demo(
     plot_run(result, out / "report.png")
     console.print(_summary_table(report))
     console.print(f"Wrote {out / 'report.json'} and {out / 'report.png'}")
+
+
+for _area in (cli_connectors, cli_ops, cli_pipeline, cli_bench):
+    _area.register(app, bench)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -9,6 +9,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
 
 from connectors import targets
 from connectors.inbox import Inbox
@@ -113,9 +114,37 @@ def save_knowledge(store: KnowledgeStore, knowledge: Knowledge) -> int:
     return store.save(knowledge)
 
 
+RESCALED = "daedalus.job.rescaled"  # after every executed rescale → recovery-monitor flow
+FORECAST_POOR = "daedalus.forecast.poor"  # after 15 consecutive poor forecasts → retrain-forecaster flow
+
+
+def resolve_target(job: str, store_url: str, jobs_file: str | None) -> targets.Target:
+    """A registered in-process target (simulation, tests) or one built from the jobs file (deployments)."""
+    if jobs_file is None:
+        return targets.get(job)
+    from deployments.jobs import load_jobs
+    from deployments.targets import build_target
+
+    return build_target(load_jobs(jobs_file).job(job), store_url)
+
+
+def emit_loop_events(job: str, it: Iteration, knowledge: Knowledge, store_url: str, jobs_file: str | None) -> None:
+    """Events that start the background flows (their triggers are declared with the deployments)."""
+    resource = {"prefect.resource.id": f"daedalus.job.{job}", "prefect.resource.name": job}
+    where = {"job": job, "store_url": store_url, "jobs_file": jobs_file}
+    if it.action is not None and it.action.state == "executed":
+        d = it.decision if it.decision.id == it.action.decision_id else None
+        emit_event(RESCALED, resource=resource, payload={
+            **where, "decision": it.action.decision_id, "from": it.action.current, "to": it.action.target,
+            "time": it.action.time, "predicted_recovery_s": None if d is None else d.predicted_recovery_s})
+    if knowledge.forecaster.retrain_needed:
+        emit_event(FORECAST_POOR, resource=resource,
+                   payload={**where, "poor_loops": knowledge.forecaster.poor_loops})
+
+
 @flow(name="mape-k", description="One Daedalus MAPE-K iteration for one streaming job.")
-def mape_k(job: str, store_url: str = DEFAULT_URL) -> dict[str, Any]:
-    target = targets.get(job)
+def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None) -> dict[str, Any]:
+    target = resolve_target(job, store_url, jobs_file)
     store, inbox = KnowledgeStore(store_url), Inbox(store_url)
     knowledge, _ = load_knowledge(store, target)
     waiting = inbox.pending(job)
@@ -125,5 +154,6 @@ def mape_k(job: str, store_url: str = DEFAULT_URL) -> dict[str, Any]:
     for note in it.notes:
         get_run_logger().info("%s: %s", job, note)
     publish(job, it.analysis, it.decision, it.action, version)
+    emit_loop_events(job, it, knowledge, store_url, jobs_file)
     get_run_logger().info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

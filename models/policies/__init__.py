@@ -1,1 +1,24 @@
-"""Autoscaling policies: the Daedalus loop and the baselines it is compared with."""
+"""Autoscaling policies: the Daedalus loop and the baselines it is compared with.
+
+`daedalus` is the full MAPE-K loop (run by sim.runner through flows.mape_k.iterate); every other name maps
+to a small class with the `Policy` interface of models.policies.base.
+"""
+
+from __future__ import annotations
+
+from models.policies.base import Policy, Static
+
+DAEDALUS = "daedalus"
+
+
+def names() -> tuple[str, ...]:
+    return (DAEDALUS, "static")
+
+
+def make(name: str, max_scaleout: int) -> Policy | str:
+    """The policy called `name`; the string "daedalus" stands for the full loop."""
+    if name == DAEDALUS:
+        return DAEDALUS
+    if name == "static":
+        return Static(max_scaleout)
+    raise ValueError(f"no policy {name!r}; known: {', '.join(names())}")
