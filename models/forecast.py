@@ -149,6 +149,7 @@ class Forecaster:
         self._spec: dict[str, Any] | None = None
         self._params: np.ndarray | None = None
         self._param_names: list[str] = []
+        self._scale = 1.0  # the model works on workload / scale: fits at 1e5-1e6 tuples/s diverge otherwise
         self._res: Any = None
         self.fitted_at: float | None = None
         self.fit_error: str | None = None
@@ -289,7 +290,8 @@ class Forecaster:
                 f"{int(np.isfinite(series).sum())} steps with data in the window, "
                 f"fewer than min_fit_steps={self.min_fit_steps}"
             )
-        spec, params, names = self._auto_arima(series)
+        self._scale = _scale_of(series)
+        spec, params, names = self._auto_arima(series / self._scale)
         self._install(spec, params, names, now if now is not None else self._last_t)
 
     def retrain(self, now: float | None = None) -> None:
@@ -326,7 +328,8 @@ class Forecaster:
                 f"the history gives {int(np.isfinite(steps).sum())} steps with data, "
                 f"fewer than min_fit_steps={new.min_fit_steps}"
             )
-        spec, params, names = new._auto_arima(steps)
+        new._scale = _scale_of(steps)
+        spec, params, names = new._auto_arima(steps / new._scale)
         new._install(spec, params, names, now if now is not None else new._last_t)
         return new
 
@@ -340,6 +343,7 @@ class Forecaster:
             raise ValueError("the other forecaster has no fitted model")
         if other.step_s != self.step_s:
             raise ValueError(f"the other model works on {other.step_s} s steps, this one on {self.step_s} s")
+        self._scale = other._scale
         self._install(dict(other._spec), other._params.copy(), list(other._param_names), other.fitted_at)
 
     # ------------------------------------------------------------------ persistence
@@ -353,6 +357,7 @@ class Forecaster:
                 "params": [float(p) for p in self._params],
                 "param_names": list(self._param_names),
                 "fitted_at": self.fitted_at,
+                "scale": self._scale,
             }
         partial = None
         if self._partial_start is not None:
@@ -411,6 +416,7 @@ class Forecaster:
                 new._params = np.asarray(model["params"], dtype=float)
                 new._param_names = list(model["param_names"])
                 new.fitted_at = _opt_float(model["fitted_at"])
+                new._scale = float(model["scale"])
                 new._refilter()
             new.previous_wape = _dec(scoring["previous_wape"])
             new.served_wape = _dec(scoring["served_wape"])
@@ -561,7 +567,7 @@ class Forecaster:
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._res = SARIMAX(endog, **self._spec).filter(self._params)
+            self._res = SARIMAX(endog / self._scale, **self._spec).filter(self._params)
 
     def _model_values(self, now: float) -> np.ndarray | None:
         """ARIMA step means, interpolated between step centres to seconds from `now`, clipped at 0."""
@@ -574,7 +580,7 @@ class Forecaster:
         steps = min(max(needed, 1), math.ceil(self.horizon_s / step) + self.window_steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ahead = np.asarray(self._res.forecast(steps), dtype=float)
+            ahead = self._scale * np.asarray(self._res.forecast(steps), dtype=float)
         anchor = self._ring[-1] if math.isfinite(self._ring[-1]) else ahead[0]
         centres = last_centre + step * np.arange(steps + 1, dtype=float)
         values = np.interp(seconds, centres, np.concatenate(([anchor], ahead)))
@@ -603,6 +609,12 @@ class Forecaster:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _scale_of(series: np.ndarray) -> float:
+    """Typical magnitude of a series, so the model sees values of order one."""
+    finite = np.abs(series[np.isfinite(series)])
+    return float(finite.mean()) if finite.size and finite.mean() > 0 else 1.0
 
 
 def _score_pending(pending: tuple[float, np.ndarray] | None, ts: np.ndarray, y: np.ndarray) -> float:

@@ -36,7 +36,9 @@ class SimConfig:
     """Parameters of the simulated job; the defaults are calibrated on the recorded Flink runs."""
 
     max_scaleout: int = 12
-    partitions: int | None = None  # None: one partition per worker at the maximum scale-out
+    # Flink hashes keys into 128 key groups by default. With only max_scaleout partitions, scale-outs that do
+    # not divide them add workers but no capacity, which real keyed jobs do not show. None: max_scaleout.
+    partitions: int | None = 128
     worker_capacity: float = 110_000.0  # tuples/s at full CPU
     heterogeneity: float = 0.10  # worker capacities spread ± this fraction, fixed per seed
     skew: float = 0.15  # partition weights ∝ exp(skew · z), z standard normal

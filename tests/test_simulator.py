@@ -15,7 +15,7 @@ START = SimConfig().start
 
 def quiet(**overrides: float) -> SimConfig:
     """Identical workers, uniform partitions, no noise: every number below is computable by hand."""
-    base = {"heterogeneity": 0.0, "skew": 0.0, "cpu_noise": 0.0, "downtime_noise_s": 0.0}
+    base = {"heterogeneity": 0.0, "skew": 0.0, "cpu_noise": 0.0, "downtime_noise_s": 0.0, "partitions": 12}
     return SimConfig(**(base | overrides))
 
 
@@ -52,9 +52,17 @@ def test_config_rejects_nonsense_naming_the_field(field: str, value: float) -> N
         SimConfig(**{field: value})
 
 
-def test_partitions_default_to_max_scaleout() -> None:
-    assert SimConfig(max_scaleout=7).n_partitions == 7
+def test_partitions_default_to_flinks_128_key_groups() -> None:
+    assert SimConfig(max_scaleout=7).n_partitions == 128
+    assert SimConfig(max_scaleout=7, partitions=None).n_partitions == 7
     assert SimConfig(max_scaleout=7, partitions=21).n_partitions == 21
+
+
+def test_128_partitions_make_capacity_nearly_linear() -> None:
+    sim = Simulator(constant(1, 10), quiet(partitions=128))
+    # 7 workers: 128 = 7 × 18 + 2, so workers 0 and 1 read 19 partitions: 110,000 × 128 / 19.
+    assert sim.true_capacity(7) == pytest.approx(110_000 * 128 / 19)
+    assert sim.true_capacity(8) == pytest.approx(8 * 110_000)
 
 
 def test_constructor_and_control_validation() -> None:

@@ -1,0 +1,233 @@
+"""The embedded simulator as a deployed job's target (engine `sim`), persisted between flow runs.
+
+Each deployed `mape-k` run is a new process, so the simulated job lives in the store next to the job's
+knowledge (`<store>/<job>/sim.pickle`, written to a temporary name and renamed into place) and catches up
+with the wall clock at every run: it advances by the wall-clock seconds elapsed since it was last saved,
+times `sim.speedup`. The workload (`sine`, one 3-hour period, or a trace file) repeats forever, rescaled
+so that its peak is `peak_utilization` × the true capacity at the job's maximum scale-out.
+
+The simulator is kept as a window: its history is trimmed to the last `HISTORY_S` seconds whenever it
+advances, so the pickle stays a few hundred kilobytes whatever the job's age. Trimming changes nothing the
+loop can observe (a trimmed run and an untrimmed one give the same samples, see the tests).
+Loading, advancing and saving happen under a file lock, so a loop and another flow (the recovery monitor)
+reading the same simulated job never lose each other's rescale. The lock needs a local store folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from connectors.store import check_job_name
+from deployments.jobs import JobSpec
+from models.errors import ConfigurationError, ConnectorError
+from models.types import Observation
+from sim.scenario import scenario
+from sim.simulator import Simulator
+from sim.workloads import load_workload, sine_workload
+
+FORMAT = 1
+HISTORY_S = 900  # seconds of history kept: the first loop observes 600 s, later ones a minute or a few
+WARM_S = 600  # history simulated when the job is created, so its first loop has data
+MAX_CATCH_UP_S = 6 * 3600  # a worker that was down for days does not simulate days in one run
+SINE_PERIOD_S = 10_800  # the paper's sine: two periods in 6 h
+
+
+def local_root(store_url: str) -> Path:
+    """The store folder; the simulated job needs a local one for its lock."""
+    url = store_url.rstrip("/")
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    if "://" in url:
+        raise ConfigurationError(
+            f"engine 'sim' keeps its simulated job in a local folder, not {store_url!r}: "
+            "give the job a local store_url (e.g. .daedalus/knowledge)"
+        )
+    return Path(url)
+
+
+def base_workload(spec: JobSpec) -> np.ndarray:
+    """One cycle of the job's workload at 1 s, before rescaling: repeats forever."""
+    assert spec.sim is not None
+    if spec.sim.workload == "sine":
+        return sine_workload(hours=SINE_PERIOD_S / 3600)
+    return load_workload(spec.sim.workload)
+
+
+def fingerprint(spec: JobSpec) -> tuple:
+    """What the simulated job is made of: a change in the jobs file starts a new simulated job."""
+    assert spec.sim is not None
+    return (spec.sim.workload, spec.sim.peak_utilization, spec.sim.seed, spec.parallelism.max, spec.partitions,
+            spec.checkpoint_interval)
+
+
+def trimmed(sim: Simulator, keep_s: int, extra: np.ndarray) -> Simulator:
+    """The same simulated job with only its last `keep_s` seconds of history and `extra` workload appended.
+
+    Copies the simulator's dynamic state (backlogs, positions, checkpoints, random generators, the rescale in
+    progress) into a simulator whose step 0 is `keep_s` seconds before now. Nothing observable changes.
+    """
+    keep = min(keep_s, sim._t)
+    cut = sim._t - keep
+    workload = np.concatenate([sim._workload[cut: sim._t], np.asarray(extra, dtype=float)])
+    config = type(sim.config)(**{**sim.config.__dict__, "start": sim.config.start + cut})
+    new = Simulator(workload if len(workload) else np.zeros(1), config, job=sim.job)
+    for name in ("_capacity", "_weights", "_true_capacities", "_cpu_rng", "_tp_rng", "_down_rng", "_scaleout",
+                 "_owner", "_backlog", "_position", "_checkpoint"):
+        setattr(new, name, getattr(sim, name))
+    for name in ("_tp", "_cpu", "_position_hist", "_taken_hist", "_lag", "_uptime", "_scale_hist", "_down"):
+        getattr(new, name)[:keep] = getattr(sim, name)[cut: sim._t]
+    new._t = keep
+    new._down_until = max(0, sim._down_until - cut)
+    new._restart = sim._restart - cut
+    return new
+
+
+@dataclass
+class SimState:
+    """What is pickled: the simulator window and where the wall clock and the workload cycle stand."""
+
+    format: int
+    fingerprint: tuple
+    sim: Simulator
+    wall: float  # wall-clock time the simulator was last advanced to
+    carry: float  # fraction of a simulated second not simulated yet
+    cycle_pos: int  # index of the next second in the rescaled workload cycle
+
+
+class PersistentSimulatedJob:
+    """MetricsSource, Scaler and Clock over a simulated job persisted in the store."""
+
+    def __init__(self, spec: JobSpec, root: Path, wall_clock=time.time) -> None:
+        if spec.sim is None:
+            raise ConfigurationError(f"job {spec.name!r}: engine 'sim' needs a `sim:` section")
+        self.spec = spec
+        self.dir = root / check_job_name(spec.name)
+        self.path = self.dir / "sim.pickle"
+        self.wall_clock = wall_clock
+        self._cycle: np.ndarray | None = None
+        self.state = self._transaction(lambda state: None)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec, store_url: str) -> PersistentSimulatedJob:
+        """Load the job's simulator, catch up with the wall clock and save it."""
+        return cls(spec, local_root(store_url))
+
+    # --- persistence ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "sim.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _load(self) -> SimState | None:
+        try:
+            with open(self.path, "rb") as f:
+                state = pickle.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            raise ConnectorError(f"{self.path}: unreadable simulated job ({exc}); delete it to start afresh") from exc
+        if not isinstance(state, SimState) or state.format != FORMAT or state.fingerprint != fingerprint(self.spec):
+            return None  # another format or another jobs-file entry: a new simulated job
+        return state
+
+    def _save(self, state: SimState) -> None:
+        tmp = self.dir / f".sim-{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def _transaction(self, change) -> SimState:
+        """Load (or create), catch up with the wall clock, apply `change(state)`, save."""
+        with self._locked():
+            wall = self.wall_clock()
+            state = self._load() or self._new(wall)
+            self._catch_up(state, wall)
+            change(state)
+            self._save(state)
+        return state
+
+    # --- simulation ----------------------------------------------------------------------------
+
+    def cycle(self) -> np.ndarray:
+        """The rescaled workload cycle (tuples/s)."""
+        if self._cycle is None:
+            assert self.spec.sim is not None
+            _, _, self._cycle = scenario(base_workload(self.spec), self.spec.parallelism.max,
+                                         self.spec.sim.peak_utilization, self.spec.sim.seed,
+                                         **self._overrides())
+        return self._cycle
+
+    def _overrides(self) -> dict:
+        over: dict = {"checkpoint_interval_s": float(self.spec.checkpoint_interval)}
+        if self.spec.partitions is not None:
+            over["partitions"] = self.spec.partitions
+        return over
+
+    def _take(self, state: SimState, seconds: int) -> np.ndarray:
+        cycle = self.cycle()
+        idx = (state.cycle_pos + np.arange(seconds)) % len(cycle)
+        state.cycle_pos = int((state.cycle_pos + seconds) % len(cycle))
+        return cycle[idx]
+
+    def _new(self, wall: float) -> SimState:
+        assert self.spec.sim is not None
+        sim_config, _, _ = scenario(np.ones(1), self.spec.parallelism.max, self.spec.sim.peak_utilization,
+                                    self.spec.sim.seed, start=math.floor(wall) - WARM_S, **self._overrides())
+        state = SimState(FORMAT, fingerprint(self.spec), None, wall, 0.0, 0)  # type: ignore[arg-type]
+        state.sim = Simulator(self._take(state, WARM_S), sim_config, seed=self.spec.sim.seed, job=self.spec.name)
+        state.sim.advance(WARM_S)
+        return state
+
+    def _catch_up(self, state: SimState, wall: float) -> None:
+        assert self.spec.sim is not None
+        elapsed = max(0.0, wall - state.wall) * self.spec.sim.speedup + state.carry
+        steps = min(math.floor(elapsed), MAX_CATCH_UP_S)
+        state.carry = elapsed - math.floor(elapsed) if steps < MAX_CATCH_UP_S else 0.0
+        state.wall = wall
+        state.sim = trimmed(state.sim, HISTORY_S, self._take(state, steps))
+        if steps:
+            state.sim.advance(steps)
+
+    # --- MetricsSource, Scaler, Clock ----------------------------------------------------------
+
+    def now(self) -> float:
+        return self.state.sim.now
+
+    def observe(self, job: str, since: float | None, until: float) -> Observation:
+        start = until - 600.0 if since is None else since
+        return self.state.sim.observe(start, until)
+
+    def current(self, job: str) -> int:
+        return self.state.sim.scaleout
+
+    def true_capacity(self, scaleout: int) -> float:
+        """Ground truth, for dashboards and tests."""
+        return self.state.sim.true_capacity(scaleout)
+
+    def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
+        before = self.state.sim.scaleout
+        if not 1 <= target <= self.spec.parallelism.max:
+            raise ConnectorError(f"simulated job {job!r} has 1 … {self.spec.parallelism.max} workers, not {target}")
+        if dry_run:
+            return f"dry run: would scale {job} {before} → {target}"
+        self.state = self._transaction(lambda state: state.sim.scale(target))
+        return f"scaled simulated job {job} {before} → {target} (decision {decision_id})"
