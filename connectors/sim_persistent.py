@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +37,12 @@ from sim.simulator import Simulator
 from sim.workloads import load_workload, sine_workload
 
 FORMAT = 1
-HISTORY_S = 900  # seconds of history kept: the first loop observes 600 s, later ones a minute or a few
+HISTORY_S = 600  # seconds of history kept: a first loop observes 600 s, later ones the minutes since the last
 WARM_S = 600  # history simulated when the job is created, so its first loop has data
 MAX_CATCH_UP_S = 6 * 3600  # a worker that was down for days does not simulate days in one run
 SINE_PERIOD_S = 10_800  # the paper's sine: two periods in 6 h
+OBSERVABLE = ("_tp", "_cpu", "_lag", "_uptime", "_scale_hist", "_down")  # per-second history observe() reads
+PER_PARTITION = ("_position_hist", "_taken_hist")  # per-second × per-partition: 128 columns, not persisted
 
 
 def local_root(store_url: str) -> Path:
@@ -80,13 +82,15 @@ def trimmed(sim: Simulator, keep_s: int, extra: np.ndarray) -> Simulator:
     keep = min(keep_s, sim._t)
     cut = sim._t - keep
     workload = np.concatenate([sim._workload[cut: sim._t], np.asarray(extra, dtype=float)])
-    config = type(sim.config)(**{**sim.config.__dict__, "start": sim.config.start + cut})
+    config = replace(sim.config, start=sim.config.start + cut)
     new = Simulator(workload if len(workload) else np.zeros(1), config, job=sim.job)
     for name in ("_capacity", "_weights", "_true_capacities", "_cpu_rng", "_tp_rng", "_down_rng", "_scaleout",
                  "_owner", "_backlog", "_position", "_checkpoint"):
         setattr(new, name, getattr(sim, name))
-    for name in ("_tp", "_cpu", "_position_hist", "_taken_hist", "_lag", "_uptime", "_scale_hist", "_down"):
+    for name in OBSERVABLE:
         getattr(new, name)[:keep] = getattr(sim, name)[cut: sim._t]
+    for name in PER_PARTITION:  # not persisted: they only serve `history()` (latency), never `observe()`
+        getattr(new, name)[:keep] = np.nan
     new._t = keep
     new._down_until = max(0, sim._down_until - cut)
     new._restart = sim._restart - cut
@@ -149,10 +153,17 @@ class PersistentSimulatedJob:
 
     def _save(self, state: SimState) -> None:
         tmp = self.dir / f".sim-{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
+        kept = {name: getattr(state.sim, name) for name in PER_PARTITION}
+        for name, array in kept.items():
+            setattr(state.sim, name, array[:0])
+        try:
+            with open(tmp, "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            for name, array in kept.items():
+                setattr(state.sim, name, array)
         os.replace(tmp, self.path)
 
     def _transaction(self, change) -> SimState:
@@ -231,3 +242,16 @@ class PersistentSimulatedJob:
             return f"dry run: would scale {job} {before} → {target}"
         self.state = self._transaction(lambda state: state.sim.scale(target))
         return f"scaled simulated job {job} {before} → {target} (decision {decision_id})"
+
+
+def peek_now(spec: JobSpec, store_url: str, wall_now: float | None = None) -> float:
+    """The simulated job's clock at `wall_now`, read without advancing or saving the simulated job."""
+    assert spec.sim is not None
+    path = local_root(store_url) / check_job_name(spec.name) / "sim.pickle"
+    try:
+        with open(path, "rb") as f:
+            state: SimState = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise ConnectorError(f"{path}: cannot read the simulated job's clock ({exc})") from exc
+    elapsed = max(0.0, (time.time() if wall_now is None else wall_now) - state.wall) * spec.sim.speedup + state.carry
+    return state.sim.now + min(math.floor(elapsed), MAX_CATCH_UP_S)

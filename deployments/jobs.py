@@ -45,6 +45,7 @@ class PrometheusSettings(Strict):
     timeout: Duration = 10.0
     step: Duration = 15.0  # range-query resolution
     retries: int = Field(3, ge=0, le=10)
+    stale_after: Duration | None = None  # a worker's newest sample older than this is stale (default 2 × step)
 
 
 class ScaleTarget(Strict):
@@ -53,6 +54,8 @@ class ScaleTarget(Strict):
     name: str
     # FlinkDeployment: scale TaskManager replicas or the job's parallelism.
     flink_field: Literal["taskmanager.replicas", "job.parallelism"] = "job.parallelism"
+    ready_timeout: Duration = 120.0  # after a patch, wait this long for the new scale-out to be ready
+    path: str | None = None  # spark-local: the job's working folder
 
 
 class Parallelism(Strict):
@@ -100,6 +103,7 @@ class JobSpec(Strict):
     partitions: int | None = Field(None, ge=1)
     target_recovery_time: Duration = 600.0
     checkpoint_interval: Duration = 10.0
+    scale_in_interval: Annotated[float, BeforeValidator(_seconds), Field(ge=0)] = 1200.0
     mode: Literal["auto", "approve", "dry-run"] = "auto"
     approval_timeout: Duration = 600.0
     blackout: tuple[Blackout, ...] = ()
@@ -126,6 +130,7 @@ class JobSpec(Strict):
             partitions=self.partitions,
             target_recovery_s=self.target_recovery_time,
             checkpoint_interval_s=self.checkpoint_interval,
+            scale_in_interval_s=self.scale_in_interval,
             mode=self.mode,
             proposal_ttl_s=self.approval_timeout,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -114,6 +115,8 @@ def demo(
     from sim.workloads import sine_workload
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):  # the progress bar tells the story
+        logging.getLogger(name).setLevel(logging.WARNING)
     console.print("Starting Prefect (ephemeral mode) and the simulated job: 12 workers at most, "
                   "sine workload with two periods, peak at 90 % of the true capacity of 12 workers.")
     result, report = _run_sim(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, True, "mape-k")

@@ -14,6 +14,9 @@ from prefect.events import emit_event
 from connectors import targets
 from connectors.inbox import Inbox
 from connectors.store import DEFAULT_URL, KnowledgeStore
+from deployments.jobs import load_jobs
+from flows.approval import request_approval, stop_reason
+from flows.dashboards import publish_dashboards
 from models.control import ControlMessage, apply_messages
 from models.errors import ConnectorError
 from models.knowledge import Knowledge
@@ -69,11 +72,12 @@ def expire_proposal(knowledge: Knowledge, now: float) -> None:
 
 
 def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases,
-            messages: list[ControlMessage] | None = None) -> Iteration:
+            messages: list[ControlMessage] | None = None, stop: str | None = None) -> Iteration:
     """Apply the inbox, then monitor → analyze → plan → execute, once.
 
     An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
-    the plan is still made and reported.
+    the plan is still made and reported. `stop` (kill switch for all jobs, blackout window) makes the plan's
+    own action a dry run that names it; an operator's action still applies.
     """
     cfg, job = target.config, target.job
     now = target.clock.now()
@@ -93,7 +97,7 @@ def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases,
     if operator is not None and operator.changes:
         action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True)
     else:
-        action = phases.execute(cfg, d, knowledge, target.scaler, now)
+        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop)
     return Iteration(obs, a, d, action, loop_ms, tuple(applied.notes))
 
 
@@ -148,12 +152,17 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None)
     store, inbox = KnowledgeStore(store_url), Inbox(store_url)
     knowledge, _ = load_knowledge(store, target)
     waiting = inbox.pending(job)
-    it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting])
+    spec = None if jobs_file is None else load_jobs(jobs_file).job(job)
+    stop = stop_reason(store_url, spec, target.clock.now())
+    it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop)
     version = save_knowledge(store, knowledge)
     inbox.ack([path for path, _ in waiting])
     for note in it.notes:
         get_run_logger().info("%s: %s", job, note)
     publish(job, it.analysis, it.decision, it.action, version)
+    publish_dashboards(it, knowledge, store_url, target.config.mode, stop)
+    if it.action is not None and it.action.state == "proposed" and jobs_file is not None:
+        request_approval(it, knowledge, store_url, jobs_file)
     emit_loop_events(job, it, knowledge, store_url, jobs_file)
     get_run_logger().info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

@@ -22,6 +22,9 @@ class LoopConfig:
     target_recovery_s: float = 600.0  # recovery-time target (paper: 600 s)
     recent_rescale_s: float = 600.0  # Algorithm 1 line 1: "within 600 s of the last rescale"
     grace_s: float = 180.0  # no new action within 180 s of the previous one
+    # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
+    # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off.
+    scale_in_interval_s: float = 1200.0
     loop_interval_s: float = 60.0  # one iteration per minute
     checkpoint_interval_s: float = 10.0
     warmup_s: float = 60.0  # samples this soon after a restart are not steady state
@@ -29,6 +32,7 @@ class LoopConfig:
     downtime_in_s: float = 15.0
     max_recovery_s: float = 3600.0  # recovery predictions are searched up to this long
     stale_after_s: float = 180.0  # newest sample older than this → hold
+    forecast_max_d: int = 2  # auto-ARIMA's largest order of differencing
     mode: Mode = "auto"
     proposal_ttl_s: float = 600.0  # an unanswered approval expires after this
 

@@ -106,6 +106,7 @@ class Forecaster:
         min_fit_steps: int = 60,
         fallback_window_s: int = 300,
         seasonal_period_steps: int | None = None,
+        max_d: int = 2,
     ) -> None:
         for name, value, low in (
             ("horizon_s", horizon_s, 1),
@@ -133,6 +134,9 @@ class Forecaster:
         self.min_fit_steps = int(min_fit_steps)
         self.fallback_window_s = int(fallback_window_s)
         self.seasonal_period_steps = None if seasonal_period_steps is None else int(seasonal_period_steps)
+        if max_d not in (0, 1, 2):
+            raise ValueError(f"max_d must be 0, 1 or 2, got {max_d!r}")
+        self.max_d = int(max_d)
 
         # Data: the step ring, the partial step, the per-second tail.
         self._ring: deque[float] = deque(maxlen=self.window_steps)
@@ -176,6 +180,7 @@ class Forecaster:
             "min_fit_steps": self.min_fit_steps,
             "fallback_window_s": self.fallback_window_s,
             "seasonal_period_steps": self.seasonal_period_steps,
+            "max_d": self.max_d,
         }
 
     @property
@@ -528,7 +533,7 @@ class Forecaster:
                 start_q=1,
                 max_p=5,
                 max_q=5,
-                max_d=2,
+                max_d=self.max_d,
                 max_order=8,
                 seasonal=m is not None,
                 m=m or 1,

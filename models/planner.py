@@ -119,6 +119,10 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         if clamped != target:
             notes.append(f"clamped to [{cfg.min_parallelism}, {cfg.max_parallelism}]: {target} → {clamped}")
             target = clamped
+    if target < cur and since_rescale is not None and since_rescale < cfg.scale_in_interval_s:
+        notes.append(f"scale-in stabilisation: last rescale {since_rescale:.0f} s ago "
+                     f"(< {cfg.scale_in_interval_s:.0f} s), keeping {cur} instead of {target}")
+        target = cur
     if target == cur:
         return Decision(id=did, time=now, kind="no-change", current=cur, target=cur, reasons=tuple(notes))
     if ctx.last_action is not None and now - ctx.last_action < cfg.grace_s:

@@ -64,12 +64,17 @@ def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float) 
 
 @task(name="execute", cache_policy=NO_CACHE)
 def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float,
-            operator: bool = False) -> ScalingAction | None:
-    """Act on the decision per the job's mode; an operator's own action (approved, manual) always acts."""
+            operator: bool = False, stop: str | None = None) -> ScalingAction | None:
+    """Act on the decision per the job's mode; an operator's own action (approved, manual) always acts.
+
+    `stop` (kill switch for all jobs, blackout window): decide and report, never act; the ledger says why.
+    """
     if not decision.changes:
         return None
     if operator:
         return apply(decision, knowledge, scaler, now)
+    if stop is not None:
+        return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ")
     if cfg.mode == "approve":
         return propose(decision, knowledge, now, cfg.proposal_ttl_s)
     return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run")

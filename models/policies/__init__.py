@@ -7,12 +7,14 @@ to a small class with the `Policy` interface of models.policies.base.
 from __future__ import annotations
 
 from models.policies.base import Policy, Static
+from models.policies.ds2 import DS2
+from models.policies.hpa import HPA
 
 DAEDALUS = "daedalus"
 
 
 def names() -> tuple[str, ...]:
-    return (DAEDALUS, "static")
+    return (DAEDALUS, "static", "hpa-80", "hpa-85", "ds2")
 
 
 def make(name: str, max_scaleout: int) -> Policy | str:
@@ -21,4 +23,8 @@ def make(name: str, max_scaleout: int) -> Policy | str:
         return DAEDALUS
     if name == "static":
         return Static(max_scaleout)
+    if name in ("hpa-80", "hpa-85"):
+        return HPA(int(name[4:]) / 100, max_scaleout)
+    if name == "ds2":
+        return DS2(max_scaleout)
     raise ValueError(f"no policy {name!r}; known: {', '.join(names())}")

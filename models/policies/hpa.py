@@ -5,7 +5,8 @@ The algorithm of the Kubernetes documentation ("Algorithm details"), with its de
 - utilization = mean CPU over the workers, as a fraction of the requested CPU (one core here);
 - desired = ceil(current × utilization / target); no change while |utilization / target − 1| ≤ tolerance (0.1);
 - scale-down stabilization: a scale-in goes only to the highest desired replica count recommended in the last
-  300 s (the current one included), so a short dip never removes workers;
+  300 s (the current one included), so a short dip never removes workers; as the controller does, the first
+  decision counts the current replica count as a recommendation made then;
 - scale-up is not stabilized, but limited per period by the default policies (100 % or 4 pods, whichever is
   more): at most max(2 × current, current + 4).
 
@@ -73,7 +74,7 @@ class HPA:
     def desired(self, current: int, cpu: float) -> int:
         """ceil(current × cpu / target), or `current` inside the tolerance band."""
         ratio = cpu / self.target_utilization
-        if abs(ratio - 1.0) <= self.tolerance:
+        if abs(ratio - 1.0) <= self.tolerance + 1e-12:  # the band's edges belong to it, despite rounding
             return current
         return max(math.ceil(current * ratio - 1e-9), self.min_scaleout)
 
@@ -82,6 +83,8 @@ class HPA:
         if cpu is None:
             return current
         raw = min(self.desired(current, cpu), self.max_scaleout)
+        if not self._recommendations:
+            self._recommendations.append((now, current))
         self._recommendations.append((now, raw))
         while self._recommendations and self._recommendations[0][0] <= now - self.stabilization_s:
             self._recommendations.popleft()

@@ -1,0 +1,26 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install install-test lint
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+install-test: $(BIN)/python
+	bash scripts/system-deps.sh
+	$(BIN)/pip install -q -e '.[test]'
+
+demo: install
+	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
+
+test: install-test
+	$(BIN)/ruff check .
+	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: install-test
+	$(BIN)/ruff check .

@@ -1,0 +1,233 @@
+"""The one place for Spark settings and the Spark session of the pipeline flows.
+
+Master URL: `local[*]` by default (every core of this machine); a `spark://host:7077` or `k8s://https://…`
+cluster when the fleet outgrows one machine (cluster settings such as `spark.kubernetes.container.image` go
+in `conf`). The environment overrides the defaults: `DAEDALUS_SPARK_MASTER`, `DAEDALUS_SPARK_DRIVER_MEMORY`,
+`DAEDALUS_SPARK_SHUFFLE_PARTITIONS`.
+
+Traps handled here (see STACK.md): the Python workers must run this interpreter (`PYSPARK_PYTHON` is set to
+`sys.executable` before the session starts); `SPARK_LOCAL_IP=127.0.0.1` for a local master; adaptive
+execution would coalesce a small fleet into one partition and one Python worker, so partition coalescing is
+off and the pipeline repartitions by job (`by_job`) so the jobs spread over the executors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from connectors.lake import COLUMNS as LAKE_COLUMNS
+from connectors.lake import FILE_SCHEMA as LAKE_FILE_SCHEMA
+from connectors.lake import Lake, schema_problems
+from models.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["LakeRead", "SparkSettings", "by_job", "read_lake", "session", "stop"]
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Settings of the pipeline's Spark session; each declared once with its default."""
+
+    master: str = "local[*]"  # local[N], spark://host:port or k8s://https://host:port
+    app_name: str = "daedalus-pipeline"
+    driver_memory: str = "4g"  # the driver holds the executors on a local master
+    shuffle_partitions: int = 16  # partitions after a shuffle (groupBy job): a few per core
+    ui: bool = False  # the Spark UI binds a port; off unless asked for
+    conf: Mapping[str, str] = field(default_factory=dict)  # anything else, passed through
+
+    def __post_init__(self) -> None:
+        if not self.master.startswith(("local", "spark://", "k8s://", "yarn")):
+            raise ConfigurationError(
+                f"Spark master {self.master!r} is not understood: use local[N], spark://host:port or "
+                "k8s://https://host:port"
+            )
+        if self.shuffle_partitions < 1:
+            raise ConfigurationError(f"shuffle_partitions must be ≥ 1, got {self.shuffle_partitions}")
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    @classmethod
+    def from_env(cls, master: str | None = None, **overrides: object) -> SparkSettings:
+        """Defaults, then the DAEDALUS_SPARK_* environment, then explicit arguments."""
+        env = os.environ
+        values: dict[str, object] = {}
+        if "DAEDALUS_SPARK_MASTER" in env:
+            values["master"] = env["DAEDALUS_SPARK_MASTER"]
+        if "DAEDALUS_SPARK_DRIVER_MEMORY" in env:
+            values["driver_memory"] = env["DAEDALUS_SPARK_DRIVER_MEMORY"]
+        if "DAEDALUS_SPARK_SHUFFLE_PARTITIONS" in env:
+            try:
+                values["shuffle_partitions"] = int(env["DAEDALUS_SPARK_SHUFFLE_PARTITIONS"])
+            except ValueError:
+                raise ConfigurationError(
+                    "DAEDALUS_SPARK_SHUFFLE_PARTITIONS must be an integer, got "
+                    f"{env['DAEDALUS_SPARK_SHUFFLE_PARTITIONS']!r}"
+                ) from None
+        if master is not None:
+            values["master"] = master
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+    def spark_conf(self) -> dict[str, str]:
+        """Every configuration key the session is built with."""
+        conf = {
+            "spark.app.name": self.app_name,
+            "spark.driver.memory": self.driver_memory,
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.sql.adaptive.coalescePartitions.enabled": "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.python.worker.reuse": "true",
+            "spark.ui.enabled": str(self.ui).lower(),
+            "spark.ui.showConsoleProgress": "false",
+            # job=123 stays the string "123"; a file compacted away between listing and reading is skipped.
+            "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+            "spark.sql.files.ignoreMissingFiles": "true",
+        }
+        if self.local:
+            # List the lake's files on the driver: a local filesystem answers faster than a listing job.
+            conf["spark.sql.sources.parallelPartitionDiscovery.threshold"] = "1000000"
+            conf["spark.driver.host"] = "127.0.0.1"
+            conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf.update(self.conf)
+        return conf
+
+
+def session(settings: SparkSettings | None = None) -> SparkSession:
+    """The process's Spark session with these settings (started once; 7–15 s the first time).
+
+    A running session with another master is stopped first: a master cannot change inside a running
+    SparkContext (the benchmark compares local[1] with local[2] this way).
+    """
+    settings = settings or SparkSettings.from_env()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if settings.local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != settings.master:
+        active.stop()
+    builder = SparkSession.builder.master(settings.master)
+    for key, value in settings.spark_conf().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def stop() -> None:
+    """Stop the process's Spark session, if any."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+def by_job(df: DataFrame, spark: SparkSession) -> DataFrame:
+    """Hash-partition by job so one job's rows stay together and many jobs spread over the executors."""
+    return df.repartition(int(spark.conf.get("spark.sql.shuffle.partitions")), "job")
+
+
+# ---------------------------------------------------------------------- reading the lake
+
+
+@dataclass(frozen=True)
+class LakeRead:
+    """The lake's rows in a window as one DataFrame, plus the files that could not be read at all."""
+
+    rows: DataFrame  # the lake's columns + schema_error (null on rows of well-formed files)
+    files: int
+    unreadable: tuple[tuple[str, str, str], ...] = ()  # (job, file URI, error)
+
+
+def _spark_type(arrow_type: object) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(arrow_type):
+        return "timestamp"
+    if pa.types.is_int32(arrow_type):
+        return "int"
+    if pa.types.is_floating(arrow_type):
+        return "double"
+    return "string"
+
+
+def read_lake(spark: SparkSession, lake: Lake, since: float | None = None, until: float | None = None,
+              jobs: list[str] | None = None, columns: tuple[str, ...] = LAKE_COLUMNS) -> LakeRead:
+    """Rows with since ≤ timestamp ≤ until of these jobs (all if None), whatever their files look like.
+
+    Every file's footer is checked against the lake's schema (pyarrow, in threads). Well-formed files are
+    read in one scan with the lake's schema. A file with missing columns or other types is read on its own:
+    missing columns become null, values are cast where they can be (try_cast, else null), and every row
+    gets `schema_error` naming the problems and the file, so validation fails those rows by name.
+    Double NaN becomes null, so a NaN is caught as a missing value.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    files = lake.files(jobs, since, until)
+
+    def footer(path: str) -> tuple[list[str] | None, str | None]:
+        try:
+            with lake.fs.open(path, "rb") as f:
+                return schema_problems(pq.ParquetFile(f).schema_arrow), None
+        except Exception as exc:  # a corrupt or truncated file: reported, never read
+            return None, f"{type(exc).__name__}: {exc}"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        footers = list(pool.map(footer, [f.path for f in files]))
+    good: list[str] = []
+    foreign: dict[tuple[str, ...], list[str]] = {}
+    unreadable = []
+    for file, (problems, error) in zip(files, footers, strict=True):
+        if problems is None:
+            unreadable.append((file.job, lake.uri(file.path), str(error)))
+        elif problems:
+            foreign.setdefault(tuple(problems), []).append(lake.uri(file.path))
+        else:
+            good.append(lake.uri(file.path))
+
+    schema = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in LAKE_FILE_SCHEMA) + ", job string, date string"
+    base = lake.uri(lake.root)
+    frames = []
+    if good:
+        frames.append(spark.read.schema(schema).option("basePath", base).parquet(*good)
+                      .withColumn("schema_error", F.lit(None).cast("string")))
+    for problems, paths in foreign.items():
+        raw = spark.read.option("basePath", base).parquet(*paths)
+        present = set(raw.columns)
+        casts = [
+            (F.col(f.name).try_cast(kind) if f.name in present else F.lit(None).cast(kind)).alias(f.name)
+            for f, kind in ((f, _spark_type(f.type)) for f in LAKE_FILE_SCHEMA)
+        ]
+        error = F.concat(F.lit("; ".join(problems) + " in "), F.col("_metadata.file_path"))
+        frames.append(raw.select(*casts, F.col("job").cast("string"), F.col("date").cast("string"),
+                                 error.alias("schema_error")))
+    if not frames:
+        frames.append(spark.createDataFrame([], schema).withColumn("schema_error", F.lit(None).cast("string")))
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
+    if since is not None:
+        rows = rows.filter(F.col("timestamp") >= F.lit(since).cast("timestamp"))
+    if until is not None:
+        rows = rows.filter(F.col("timestamp") <= F.lit(until).cast("timestamp"))
+    doubles = {"workload", "throughput", "cpu", "lag"}
+    rows = rows.select(*[
+        (F.when(F.isnan(c), None).otherwise(F.col(c)) if c in doubles else F.col(c)).alias(c)
+        for c in (*columns, "schema_error")
+    ])
+    return LakeRead(rows, len(files), tuple(unreadable))

@@ -1,0 +1,163 @@
+"""The metric-quality suite, declared as plain data, and the verdicts it produces.
+
+Two frames are validated (tasks/validate.py builds them with Spark and runs the suite with Great
+Expectations 1.x):
+
+- `rows`: the lake's rows (one per job, worker and second) plus `schema_error`, set on the rows of a file
+  whose columns or types are not the lake's;
+- `steps`: one row per job and second, derived in Spark: `workers` reporting, `duplicate_rows` (rows beyond
+  one per worker), `parallelism`, total
+  `throughput`, `workload`, `lag`, `missing_steps` since the job's previous second, and
+  `supply_ratio` = total throughput / max(workload + lag drained, 1), where lag drained =
+  max(previous lag − lag, 0): a job cannot process more than arrived plus what it drained from its backlog.
+
+Each check is one Great Expectations expectation (named by its class and keyword arguments) with a stable
+name and a sentence for operators. Pure data: no Spark and no Great Expectations import here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ROW_COLUMNS",
+    "STEP_COLUMNS",
+    "Check",
+    "CheckResult",
+    "Failure",
+    "JobVerdict",
+    "SuiteSettings",
+    "ValidationReport",
+    "checks",
+]
+
+Frame = Literal["rows", "steps"]
+_BETWEEN = "ExpectColumnValuesToBeBetween"
+ROW_COLUMNS: tuple[str, ...] = ("job", "worker", "timestamp", "workload", "throughput", "cpu", "lag", "parallelism",
+                                "schema_error")
+STEP_COLUMNS: tuple[str, ...] = ("job", "timestamp", "workers", "duplicate_rows", "parallelism", "throughput",
+                                 "workload", "lag", "missing_steps", "supply_ratio")
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """Thresholds of the suite, each declared once."""
+
+    step_s: float = 1.0  # the lake's resolution: one row per worker and second
+    max_gap_steps: int = 5  # at most this many missing seconds in a row per job
+    throughput_tolerance: float = 0.10  # throughput may exceed workload + lag drained by this fraction (scrape skew)
+
+    def __post_init__(self) -> None:
+        if not self.step_s > 0:
+            raise ValueError(f"step_s must be positive, got {self.step_s!r}")
+        if int(self.max_gap_steps) != self.max_gap_steps or self.max_gap_steps < 0:
+            raise ValueError(f"max_gap_steps must be a whole number ≥ 0, got {self.max_gap_steps!r}")
+        if not self.throughput_tolerance >= 0:
+            raise ValueError(f"throughput_tolerance must be ≥ 0, got {self.throughput_tolerance!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation of the suite: `expectation` is a Great Expectations class name, `kwargs` its arguments."""
+
+    name: str
+    frame: Frame
+    expectation: str
+    kwargs: Mapping[str, Any]
+    meaning: str
+
+
+def checks(settings: SuiteSettings | None = None) -> tuple[Check, ...]:
+    """The suite: schema, nulls, ranges, duplicates, gaps, worker count, throughput against supply."""
+    s = settings or SuiteSettings()
+    rows: list[Check] = [
+        Check("columns", "rows", "ExpectTableColumnsToMatchSet", {"column_set": list(ROW_COLUMNS), "exact_match": True},
+              "the lake has exactly its columns"),
+        Check("schema", "rows", "ExpectColumnValuesToBeNull", {"column": "schema_error"},
+              "every file has the lake's columns and types"),
+    ]
+    rows += [
+        Check(f"{column}_not_null", "rows", "ExpectColumnValuesToNotBeNull", {"column": column},
+              f"{column} is never null")
+        for column in ROW_COLUMNS
+        if column != "schema_error"
+    ]
+    rows += [
+        Check("cpu_in_range", "rows", _BETWEEN, {"column": "cpu", "min_value": 0.0, "max_value": 1.0},
+              "CPU utilization lies within [0, 1]"),
+        *(
+            Check(f"{column}_non_negative", "rows", _BETWEEN, {"column": column, "min_value": 0.0},
+                  f"{column} is not negative")
+            for column in ("workload", "throughput", "lag")
+        ),
+        Check("parallelism_positive", "rows", _BETWEEN, {"column": "parallelism", "min_value": 1},
+              "parallelism is at least 1"),
+    ]
+    steps = [
+        Check("unique_rows", "steps", _BETWEEN, {"column": "duplicate_rows", "max_value": 0},
+              "one row per job, worker and second"),
+        Check("no_gaps", "steps", _BETWEEN,
+              {"column": "missing_steps", "max_value": float(s.max_gap_steps)},
+              f"no more than {s.max_gap_steps} missing steps of {s.step_s:g} s in a row"),
+        Check("workers_match_parallelism", "steps", "ExpectColumnPairValuesToBeEqual",
+              {"column_A": "workers", "column_B": "parallelism"},
+              "as many workers report as the parallelism says"),
+        Check("throughput_within_supply", "steps", _BETWEEN,
+              {"column": "supply_ratio", "max_value": 1.0 + s.throughput_tolerance},
+              f"throughput is not above workload plus lag drained (+{100 * s.throughput_tolerance:g} %)"),
+    ]
+    return (*rows, *steps)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A check's outcome over the whole fleet's window: Great Expectations' verdict, the rows it failed."""
+
+    name: str
+    frame: Frame
+    meaning: str
+    success: bool
+    unexpected_count: int  # rows (or job-seconds, for the steps frame) that broke it
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One check one job failed, with how many of its rows and a few of them."""
+
+    check: str
+    meaning: str
+    count: int
+    examples: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    job: str
+    rows: int
+    failures: tuple[Failure, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def reason(self) -> str:
+        """One line for the quarantine hold: the failed checks and their counts."""
+        return "; ".join(f"{f.check} ({f.count} rows: {f.meaning})" for f in self.failures)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    since: float
+    until: float
+    checks: tuple[CheckResult, ...]
+    jobs: Mapping[str, JobVerdict] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(v.passed for v in self.jobs.values()) and all(c.success for c in self.checks)
+
+    @property
+    def failed_jobs(self) -> list[str]:
+        return sorted(job for job, v in self.jobs.items() if not v.passed)

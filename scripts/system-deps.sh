@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Debian packages the test suite runs for real: a Prometheus server and headless Chromium (the Prefect UI test).
+# Installs only what is missing; needs root (CI and these machines run as root).
+set -euo pipefail
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${need[*]} — run as root or: sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null

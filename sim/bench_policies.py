@@ -1,0 +1,354 @@
+"""`daedalus bench policies`: every policy × every workload × several seeds, on the same simulator.
+
+Each run uses the paper's setup (sim.scenario: the workload peaks at `peak_utilization` × the true capacity of
+`max_scaleout` workers), the same one-minute decision cadence and the same rescale costs, so only the policy
+differs. Runs go to a process pool; each returns its score (sim.report.score) and a compact series for the
+figures (workers per minute, latency quantiles), never the whole history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.errors import WorkloadError
+
+POLICIES = ("static", "hpa-80", "hpa-85", "ds2", "daedalus")
+PAPER = ("sine_60000_6h.csv", "sine_100000_6h.csv", "advertising_6h_400K_max.csv", "tm_6h_100K_max.csv")
+RECORDED = ("ads_workrate_1s.out", "cars_workrate_1s.out")
+MULTIDAY_DEFAULT = ("avazu_15min.csv", "taxi_15min.csv", "wiki_en_15min.csv")
+MULTIDAY_HOURS = 6.0
+CDF_QUANTILES = np.linspace(0.0, 100.0, 201)
+MIN_RUN_S = 600  # ten decisions: anything shorter says nothing about a policy
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named trace and how to read it: per-second traces whole, multi-day traces compressed to `hours`."""
+
+    name: str
+    path: Path
+    hours: float | None = None
+    group: str = "file"
+
+
+def shared_dir() -> Path:
+    """../shared beside the project (where the workload traces live)."""
+    return Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def resolve_workloads(items: Sequence[str], shared: Path | None = None) -> list[Workload]:
+    """Workloads named by group (`paper`, `recorded`, `multiday`, `multiday-all`), by file name or by path.
+
+    A bare file name is looked up in the three folders of ../shared/workloads; a `date,…` trace is compressed to
+    six hours, as the paper does with days of seasonality.
+    """
+    root = (shared or shared_dir()) / "workloads"
+    out: list[Workload] = []
+    for item in items:
+        if item == "paper":
+            out += [Workload(Path(f).stem, root / "paper" / f, None, "paper") for f in PAPER]
+        elif item == "recorded":
+            out += [Workload(Path(f).stem, root / "recorded" / f, None, "recorded") for f in RECORDED]
+        elif item == "multiday":
+            out += [Workload(Path(f).stem, root / "multiday" / f, MULTIDAY_HOURS, "multiday") for f in MULTIDAY_DEFAULT]
+        elif item == "multiday-all":
+            found = sorted((root / "multiday").glob("*_15min.csv"))
+            out += [Workload(p.stem, p, MULTIDAY_HOURS, "multiday") for p in found]
+        else:
+            out.append(_one(item, root))
+    names = [w.name for w in out]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise WorkloadError(f"workload named twice: {', '.join(duplicates)}")
+    return out
+
+
+def _one(item: str, root: Path) -> Workload:
+    path = Path(item)
+    if not path.exists():
+        for group in ("paper", "recorded", "multiday"):
+            if (root / group / item).exists():
+                path = root / group / item
+                break
+        else:
+            raise WorkloadError(
+                f"{item}: no such workload file (nor in {root}/paper, recorded or multiday); "
+                "groups: paper, recorded, multiday, multiday-all"
+            )
+    head = path.read_text(encoding="utf-8-sig", errors="replace").lstrip()[:40].lower()
+    return Workload(path.stem, path, MULTIDAY_HOURS if head.startswith("date,") else None)
+
+
+def load_all(workloads: Iterable[Workload], min_s: int = MIN_RUN_S) -> dict[str, np.ndarray]:
+    """Read every trace before any run starts, so a bad file fails first, with its name and line."""
+    from sim.workloads import load_workload
+
+    traces = {}
+    for w in workloads:
+        values = load_workload(w.path, hours=w.hours)
+        if len(values) < min_s:
+            lines = len(w.path.read_text(encoding="utf-8-sig").splitlines())
+            raise WorkloadError(f"{w.path}: too short for the run: {len(values)} s of workload up to line {lines}, "
+                                f"at least {min_s} s needed")
+        traces[w.name] = values
+    return traces
+
+
+@dataclass(frozen=True)
+class Case:
+    policy: str
+    workload: str
+    seed: int
+
+
+def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float) -> dict[str, Any]:
+    """One simulated run, scored, with the series the figures need (a process-pool task)."""
+    from models import policies
+    from sim.report import score
+    from sim.runner import run
+    from sim.scenario import scenario
+
+    sim_config, loop_config, workload = scenario(values, max_scaleout, peak_utilization, case.seed)
+    result = run(workload, policies.make(case.policy, max_scaleout), sim_config, loop_config, seed=case.seed)
+    report = score(result)
+    h = result.history
+    latency = h.latency_s[np.isfinite(h.latency_s)]
+    return {
+        "policy": case.policy,
+        "workload": case.workload,
+        "seed": case.seed,
+        "report": report,
+        "series": {
+            "workload": _per_minute(h.workload),
+            "workers": _per_minute(h.scaleout),
+            "lower_bound": _per_minute(result.lower_bound[: h.scaleout.size]),
+            "capacity_at_max": float(result.true_capacities[-1]),
+            "latency_quantiles": np.percentile(latency, CDF_QUANTILES).tolist() if latency.size else [],
+        },
+    }
+
+
+def _per_minute(values: np.ndarray) -> list[float]:
+    values = np.asarray(values, dtype=float)
+    minutes = math.ceil(values.size / 60)
+    padded = np.full(minutes * 60, np.nan)
+    padded[: values.size] = values
+    return np.nanmean(padded.reshape(minutes, 60), axis=1).tolist()
+
+
+def _limit_threads() -> None:
+    """One BLAS thread per worker process: the pool already uses every core."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+
+
+def run_all(
+    cases: Sequence[Case],
+    traces: dict[str, np.ndarray],
+    max_scaleout: int,
+    peak_utilization: float,
+    processes: int,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the cases in `processes` worker processes (1: in this process); `on_done` after each."""
+    results: list[dict[str, Any]] = []
+    if processes <= 1:
+        for case in cases:
+            results.append(run_case(case, traces[case.workload], max_scaleout, peak_utilization))
+            if on_done:
+                on_done(results[-1])
+        return results
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_limit_threads) as pool:
+        # The slow Daedalus runs first, so the pool does not end waiting on one of them.
+        ordered = sorted(cases, key=lambda c: c.policy != "daedalus")
+        futures = [pool.submit(run_case, c, traces[c.workload], max_scaleout, peak_utilization) for c in ordered]
+        for future in as_completed(futures):
+            results.append(future.result())
+            if on_done:
+                on_done(results[-1])
+    return results
+
+
+# --- aggregation -------------------------------------------------------------------------------------------
+
+FIGURES = (
+    ("worker_seconds_pct_of_static", lambda r: r["worker_seconds_pct_of_static"]),
+    ("ratio_to_lower_bound", lambda r: r["ratio_to_lower_bound"]),
+    ("latency_p50_s", lambda r: r["latency_s"]["p50"]),
+    ("latency_p95_s", lambda r: r["latency_s"]["p95"]),
+    ("latency_p99_s", lambda r: r["latency_s"]["p99"]),
+    ("latency_max_s", lambda r: r["latency_s"]["max"]),
+    ("seconds_over_slo", lambda r: r["seconds_over_slo"]),
+    ("seconds_over_slo_pct", lambda r: 100.0 * r["seconds_over_slo"] / r["duration_s"]),
+    ("rescales", lambda r: r["rescales"]),
+    ("minutes_per_rescale", lambda r: r["duration_s"] / 60 / r["rescales"] if r["rescales"] else None),
+    ("downtime_s", lambda r: r["downtime_s"]),
+    ("capacity_error_median_pct", lambda r: r["capacity_error_pct"]["median"]),
+    ("forecast_wape_median", lambda r: r["forecast_wape"]["median"]),
+)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per workload and policy: each figure's mean over the seeds, its min and max, and the per-seed reports."""
+    grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in sorted(results, key=lambda r: (r["workload"], r["policy"], r["seed"])):
+        grouped.setdefault(r["workload"], {}).setdefault(r["policy"], []).append(r["report"])
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for workload, by_policy in grouped.items():
+        out[workload] = {}
+        for policy, reports in by_policy.items():
+            entry: dict[str, Any] = {"seeds": len(reports), "duration_s": reports[0]["duration_s"]}
+            for key, get in FIGURES:
+                values = [get(r) for r in reports]
+                entry[key] = _mean(values)
+                finite = [v for v in values if v is not None and math.isfinite(v)]
+                entry[f"{key}_range"] = [min(finite), max(finite)] if finite else None
+            entry["per_seed"] = reports
+            out[workload][policy] = entry
+    return out
+
+
+# --- the Daedalus targets of the issue ---------------------------------------------------------------------
+
+
+def check_targets(table: dict[str, dict[str, Any]], slo_share_pct: float = 2.0) -> list[dict[str, Any]]:
+    """The issue's targets for the Daedalus policy on one workload, each with its measured value and margin."""
+    d = table.get("daedalus")
+    if d is None:
+        return []
+    checks: list[dict[str, Any]] = []
+
+    def add(name: str, measured: float | None, limit: float | None, below: bool = True) -> None:
+        if measured is None or limit is None:
+            return
+        met = measured <= limit if below else measured >= limit
+        checks.append({"check": name, "measured": measured, "limit": limit, "met": bool(met),
+                       "margin": limit - measured if below else measured - limit})
+
+    add("worker-seconds ≤ 50 % of static", d["worker_seconds_pct_of_static"], 50.0)
+    for rival in ("hpa-80", "hpa-85", "ds2"):
+        if rival in table:
+            add(f"worker-seconds < {rival}", d["worker_seconds_pct_of_static"],
+                table[rival]["worker_seconds_pct_of_static"])
+    add("ratio to the lower bound ≤ 1.25", d["ratio_to_lower_bound"], 1.25)
+    rivals = [table[p]["latency_p95_s"] for p in ("hpa-80", "ds2") if p in table and table[p]["latency_p95_s"]]
+    if rivals:
+        add("p95 latency ≤ 1.5 × best of hpa-80, ds2", d["latency_p95_s"], 1.5 * min(rivals))
+    add(f"seconds over the SLO < {slo_share_pct:g} % of the run", d["seconds_over_slo_pct"], slo_share_pct)
+    add("rescales ≤ 1 per 20 minutes", d["rescales"], d["duration_s"] / 1200)
+    return checks
+
+
+# --- markdown ----------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def markdown(summary: dict[str, Any], figures: dict[str, str] | None = None) -> str:
+    """The tables of a benchmark run (and links to its figures), as markdown."""
+    settings = summary["settings"]
+    lines = [
+        "# Autoscaling policies on the simulated job",
+        "",
+        f"Peak utilization {settings['peak_utilization']}, max scale-out {settings['max_scaleout']}, "
+        f"seeds {', '.join(str(s) for s in settings['seeds'])}, latency SLO {settings['slo_s']:g} s. "
+        "Figures are means over the seeds.",
+        "",
+    ]
+    header = ("| policy | worker-s % of static | × lower bound | latency p50 / p95 / p99 / max (s) "
+              "| s over SLO (% of run) | rescales | downtime (s) | capacity error (median) | forecast WAPE (median) |")
+    for workload, table in summary["results"].items():
+        lines += [f"## {workload}", "", header, "|" + "---|" * 9]
+        for policy in [p for p in POLICIES if p in table] + sorted(set(table) - set(POLICIES)):
+            e = table[policy]
+            latency = " / ".join(_fmt(e[f"latency_{q}_s"]) for q in ("p50", "p95", "p99", "max"))
+            lines.append(
+                f"| {policy} | {_fmt(e['worker_seconds_pct_of_static'])} | {_fmt(e['ratio_to_lower_bound'], 2)} "
+                f"| {latency} | {_fmt(e['seconds_over_slo'], 0)} ({_fmt(e['seconds_over_slo_pct'], 2)} %) "
+                f"| {_fmt(e['rescales'], 1)} | {_fmt(e['downtime_s'], 0)} "
+                f"| {_fmt(e['capacity_error_median_pct'], 1, ' %')} "
+                f"| {_fmt(None if e['forecast_wape_median'] is None else 100 * e['forecast_wape_median'], 1, ' %')} |"
+            )
+        if figures and workload in figures:
+            lines += ["", f"![{workload}]({figures[workload]})"]
+        lines.append("")
+    targets = {w: checks for w, checks in (summary.get("targets") or {}).items() if checks}
+    if targets:
+        lines += ["## The Daedalus targets", "", "| workload | check | measured | limit | met |",
+                  "|---|---|---|---|---|"]
+        for workload, checks in targets.items():
+            for c in checks:
+                lines.append(f"| {workload} | {c['check']} | {_fmt(c['measured'], 2)} | {_fmt(c['limit'], 2)} "
+                             f"| {'yes' if c['met'] else 'no'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- the whole benchmark -----------------------------------------------------------------------------------
+
+
+def run_benchmark(
+    workloads: Sequence[Workload],
+    out: Path,
+    seeds: Sequence[int] = (0, 1, 2),
+    policies: Sequence[str] = POLICIES,
+    processes: int = 1,
+    max_scaleout: int = 12,
+    peak_utilization: float = 0.9,
+    on_start: Callable[[int], None] | None = None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run every case, write `policies.json`, `policies.md` and one figure per workload into `out`."""
+    from models import policies as registry
+    from sim.bench_plot import plot_workload
+    from sim.report import SLO_S
+
+    unknown = [p for p in policies if p not in registry.names()]
+    if unknown:
+        raise ValueError(f"no policy {', '.join(map(repr, unknown))}; known: {', '.join(registry.names())}")
+    traces = load_all(workloads)
+    cases = [Case(p, w.name, s) for w in workloads for p in policies for s in seeds]
+    if on_start:
+        on_start(len(cases))
+    results = run_all(cases, traces, max_scaleout, peak_utilization, processes, on_done)
+    table = aggregate(results)
+    groups = {w.name: w.group for w in workloads}
+    summary: dict[str, Any] = {
+        "settings": {
+            "max_scaleout": max_scaleout, "peak_utilization": peak_utilization, "seeds": list(seeds),
+            "policies": list(policies), "slo_s": SLO_S, "decision_interval_s": 60,
+            "workloads": {w.name: {"path": str(w.path), "group": w.group, "hours": w.hours} for w in workloads},
+        },
+        "results": {w.name: table[w.name] for w in workloads},
+        "targets": {w: check_targets(t) for w, t in table.items() if groups.get(w) == "paper"},
+        "targets_other_workloads": {w: check_targets(t) for w, t in table.items() if groups.get(w) != "paper"},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, str] = {}
+    for w in workloads:
+        runs = [r for r in results if r["workload"] == w.name]
+        figures[w.name] = plot_workload(w.name, runs, table[w.name], out / f"{w.name}.png", SLO_S).name
+    summary["figures"] = figures
+    (out / "policies.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+    (out / "policies.md").write_text(markdown(summary, figures))
+    return summary

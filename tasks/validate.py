@@ -1,0 +1,212 @@
+"""Validate the lake's recent history: Great Expectations 1.x on Spark DataFrames, a verdict per job.
+
+The suite (models/expectations.py) runs once over the whole fleet's window, on two frames: the rows and the
+per-job steps derived here. Great Expectations decides which checks failed and how many rows broke each.
+Only for a failed check, one Spark aggregation splits its unexpected rows by job and picks a few example
+rows per job, by the same condition the expectation tests. A clean fleet (the usual case) costs one suite run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from connectors.lake import Lake
+from connectors.spark import SparkSettings, read_lake, session
+from models.expectations import (
+    Check,
+    CheckResult,
+    Failure,
+    JobVerdict,
+    SuiteSettings,
+    ValidationReport,
+    checks,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+EXAMPLES_PER_JOB = 3
+_KEYS = {"rows": ["job", "worker", "timestamp"], "steps": ["job", "timestamp"]}
+
+
+def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
+    """One row per job and second: workers reporting, duplicates, totals, missing steps before it, supply ratio.
+
+    Aggregated map-side (a second's rows of a job sit in one file), so only one row per job and second is
+    shuffled. An exact duplicate row of a worker counts once in the totals (it fails `unique_rows` on its own).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    steps = rows.groupBy("job", "timestamp").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.collect_set(F.struct("worker", "throughput")).alias("reports"),
+        F.max("parallelism").alias("parallelism"),
+        F.max("workload").alias("workload"),
+        F.max("lag").alias("lag"),
+    )
+    workers = F.size(F.array_distinct(F.col("reports.worker")))
+    throughput = F.aggregate(F.col("reports.throughput"), F.lit(0.0),
+                             lambda total, x: total + F.coalesce(x, F.lit(0.0)))
+    by_job = Window.partitionBy("job").orderBy("timestamp")
+    seconds = F.unix_micros(F.col("timestamp")) / 1e6
+    missing = (seconds - F.lag(seconds).over(by_job)) / settings.step_s - 1
+    drained = F.greatest(F.lag("lag").over(by_job) - F.col("lag"), F.lit(0.0))
+    supply = F.greatest(F.col("workload") + drained, F.lit(1.0))
+    return steps.select(
+        "job", "timestamp", workers.alias("workers"), (F.col("rows") - workers).alias("duplicate_rows"),
+        "parallelism", throughput.alias("throughput"), "workload", "lag",
+    ).select("*", missing.alias("missing_steps"), (F.col("throughput") / supply).alias("supply_ratio"))
+
+
+@functools.cache
+def _validators(settings: SuiteSettings) -> dict[str, Any]:
+    """Great Expectations objects for this suite: an ephemeral context, one validation per frame (cached)."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_spark(name="daedalus-lake")
+    out = {}
+    for frame in ("rows", "steps"):
+        suite = context.suites.add(gx.ExpectationSuite(name=f"metrics-{frame}"))
+        for check in checks(settings):
+            if check.frame == frame:
+                suite.add_expectation(getattr(gxe, check.expectation)(**check.kwargs, meta={"check": check.name}))
+        batch = source.add_dataframe_asset(name=frame).add_batch_definition_whole_dataframe(f"{frame}-all")
+        out[frame] = context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"metrics-{frame}", data=batch, suite=suite))
+    return out
+
+
+def run_suite(frames: Mapping[str, DataFrame], settings: SuiteSettings) -> dict[str, bool]:
+    """Run the suite over each frame: success per check name (BOOLEAN_ONLY: no rows are collected here)."""
+    success: dict[str, bool] = {}
+    for frame, definition in _validators(settings).items():
+        outcome = definition.run(batch_parameters={"dataframe": frames[frame]}, result_format="BOOLEAN_ONLY")
+        for r in outcome.results:
+            name = r.expectation_config.meta["check"]
+            if r.exception_info and r.exception_info.get("raised_exception"):
+                raise RuntimeError(f"check {name} could not run: {r.exception_info.get('exception_message')}")
+            success[name] = bool(r.success)
+    return success
+
+
+def violation(check: Check, frame: DataFrame) -> Column | None:
+    """The rows a check's expectation calls unexpected, as a Spark condition (None: a table-level check)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    k = check.kwargs
+    if check.expectation == "ExpectColumnValuesToBeNull":
+        return F.col(k["column"]).isNotNull()
+    if check.expectation == "ExpectColumnValuesToNotBeNull":
+        return F.col(k["column"]).isNull()
+    if check.expectation == "ExpectColumnValuesToBeBetween":
+        column, parts = F.col(k["column"]), []
+        if k.get("min_value") is not None:
+            parts.append(column < F.lit(k["min_value"]))
+        if k.get("max_value") is not None:
+            parts.append(column > F.lit(k["max_value"]))
+        return F.coalesce(functools.reduce(lambda a, b: a | b, parts), F.lit(False))
+    if check.expectation == "ExpectColumnPairValuesToBeEqual":
+        return F.coalesce(F.col(k["column_A"]) != F.col(k["column_B"]), F.lit(False))
+    if check.expectation == "ExpectCompoundColumnsToBeUnique":
+        return F.count(F.lit(1)).over(Window.partitionBy(*k["column_list"])) > 1
+    if check.expectation == "ExpectTableColumnsToMatchSet":
+        return None
+    raise ValueError(f"check {check.name}: no row condition known for {check.expectation}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def split_by_job(frames: Mapping[str, DataFrame], failed: list[Check]) -> dict[str, list[Failure]]:
+    """Per job: the failed checks it broke, with counts and a few example rows (oldest first)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    out: dict[str, list[Failure]] = {}
+    for frame_name, frame in frames.items():
+        mine = [c for c in failed if c.frame == frame_name]
+        if not mine:
+            continue
+        flagged = frame
+        for i, check in enumerate(mine):
+            condition = violation(check, frame)
+            flagged = flagged.withColumn(f"_v{i}", F.lit(True) if condition is None else condition)
+        flagged = flagged.filter(functools.reduce(lambda a, b: a | b, [F.col(f"_v{i}") for i in range(len(mine))]))
+        counts = flagged.groupBy("job").agg(*(F.sum(F.col(f"_v{i}").cast("long")).alias(f"_v{i}")
+                                              for i in range(len(mine)))).collect()
+        first = Window.partitionBy("job").orderBy(*_KEYS[frame_name][1:])
+        examples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for i, check in enumerate(mine):
+            shown = [c for c in frame.columns if c in (*_KEYS[frame_name], *_columns(check))]
+            picked = (flagged.filter(F.col(f"_v{i}")).withColumn("_n", F.row_number().over(first))
+                      .filter(F.col("_n") <= EXAMPLES_PER_JOB).select(*shown).collect())
+            for row in picked:
+                examples.setdefault((row["job"], i), []).append({k: _plain(v) for k, v in row.asDict().items()})
+        for row in counts:
+            for i, check in enumerate(mine):
+                if row[f"_v{i}"]:
+                    out.setdefault(row["job"], []).append(
+                        Failure(check.name, check.meaning, int(row[f"_v{i}"]),
+                                tuple(examples.get((row["job"], i), []))))
+    return out
+
+
+def _columns(check: Check) -> tuple[str, ...]:
+    k = check.kwargs
+    if "column" in k:
+        return (k["column"],)
+    if "column_A" in k:
+        return (k["column_A"], k["column_B"])
+    return tuple(k.get("column_list", ()))
+
+
+def validate(lake: Lake, since: float, until: float, settings: SuiteSettings | None = None,
+             spark_settings: SparkSettings | None = None, jobs: list[str] | None = None) -> ValidationReport:
+    """Validate every job's rows with since ≤ timestamp ≤ until; a verdict for each job that has rows there."""
+    settings = settings or SuiteSettings()
+    spark = session(spark_settings)
+    read = read_lake(spark, lake, since, until, jobs)
+    rows = read.rows.cache()
+    steps = step_frame(rows, settings).cache()
+    try:
+        frames = {"rows": rows, "steps": steps}
+        success = run_suite(frames, settings)
+        counts = {r["job"]: int(r["count"]) for r in rows.groupBy("job").count().collect()}
+        failures = split_by_job(frames, [c for c in checks(settings) if not success[c.name]])
+        broken = [f for job_failures in failures.values() for f in job_failures]
+        results = tuple(CheckResult(c.name, c.frame, c.meaning, success[c.name],
+                                    sum(f.count for f in broken if f.check == c.name))
+                        for c in checks(settings))
+        for job, uri, error in read.unreadable:
+            failures.setdefault(job, []).append(
+                Failure("readable_files", "every lake file can be read", 1, ({"file": uri, "error": error},)))
+            counts.setdefault(job, 0)
+        verdicts = {job: JobVerdict(job, n, tuple(failures.get(job, ()))) for job, n in sorted(counts.items())}
+        return ValidationReport(since, until, results, verdicts)
+    finally:
+        steps.unpersist()
+        rows.unpersist()
+
+
+@task(name="validate-window", cache_policy=NO_CACHE)
+def validate_window(lake_url: str, since: float, until: float, settings: SuiteSettings | None = None,
+                    spark_settings: SparkSettings | None = None, jobs: list[str] | None = None) -> ValidationReport:
+    return validate(Lake(lake_url), since, until, settings, spark_settings, jobs)

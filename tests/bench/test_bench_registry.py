@@ -1,0 +1,38 @@
+"""The policy registry: every name the benchmark and `daedalus simulate --policy` accept, and a clear error."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from models import policies
+from models.policies.ds2 import DS2
+from models.policies.hpa import HPA
+
+
+def test_names_and_instances():
+    assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "daedalus"}
+    hpa = policies.make("hpa-85", 12)
+    assert isinstance(hpa, HPA) and hpa.target_utilization == 0.85 and hpa.name == "hpa-85"
+    assert isinstance(policies.make("ds2", 12), DS2)
+    assert policies.make("daedalus", 12) == "daedalus"
+
+
+def test_unknown_policy_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"no policy 'hpa-90'; known: daedalus, static, hpa-80, hpa-85, ds2"):
+        policies.make("hpa-90", 12)
+
+
+def test_bench_cli_rejects_an_unknown_policy(short_trace):
+    result = CliRunner().invoke(app, ["bench", "policies", "--workloads", str(short_trace), "--policy", "static,k8s"])
+    assert result.exit_code == 1
+    assert "no policy 'k8s'; known: daedalus, static, hpa-80, hpa-85, ds2" in " ".join(result.output.split())
+
+
+def test_simulate_runs_a_baseline(short_trace, tmp_path):
+    out = tmp_path / "hpa.json"
+    result = CliRunner().invoke(app, ["simulate", "--workload", str(short_trace), "--json", str(out),
+                                      "--policy", "hpa-80"])
+    assert result.exit_code == 0, result.output
+    assert '"policy": "hpa-80"' in out.read_text()

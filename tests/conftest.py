@@ -1,0 +1,31 @@
+"""Shared fixtures: the locations of ../shared and one Prefect test harness per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not (SHARED / "workloads").is_dir():
+        pytest.skip(f"../shared (workload traces and recorded metrics) is not next to the repository: {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A temporary Prefect API (SQLite) for flow tests; about 15 s to start on 2 cores."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,71 @@
+"""PromQL templates: safe substitution (no injection), load-time errors naming the job and the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote
+from models.errors import ConfigurationError
+
+
+def test_quote_escapes_everything_that_could_end_the_string():
+    assert quote("ad-events") == '"ad-events"'
+    assert quote('a"b') == r'"a\"b"'
+    assert quote("a\\b") == r'"a\\b"'
+    assert quote("x\ny\t\x01") == r'"x\ny\t\x01"'
+    # An attempt to close the matcher and append a query stays one harmless string value.
+    assert quote('ysb"} or vector(1) #') == r'"ysb\"} or vector(1) #"'
+
+
+def test_matchers_are_sorted_and_label_names_must_be_identifiers():
+    assert matchers({"namespace": "streaming", "app": "flink"}) == 'app="flink", namespace="streaming"'
+    with pytest.raises(ConfigurationError, match=r"selector\.bad-label: not a Prometheus label name"):
+        matchers({"bad-label": "x"})
+    with pytest.raises(ConfigurationError, match=r"selector\.x\}: not a Prometheus label name"):
+        matchers({"x}": "y"})
+
+
+def test_durations():
+    assert duration(60) == "60s"
+    assert duration(1.5) == "1500ms"
+    assert duration(0) == "1ms"
+
+
+def test_flink_queries_render_with_the_job_labels():
+    q = QuerySet("ysb", "flink", {"namespace": "streaming", "app": "ysb"}, {"topic": "ad-events"}, {}, 60)
+    assert q.query("throughput") == ('sum by (pod) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond'
+                                     '{app="ysb", namespace="streaming", operator_name=~"Source.*"})')
+    assert q.query("workload") == 'sum(rate(kafka_server_brokertopicmetrics_messagesin_total{topic="ad-events"}[60s]))'
+    assert q.query("resets", 90) == ('sum(resets(kafka_server_brokertopicmetrics_messagesin_total'
+                                     '{topic="ad-events"}[90s])) or vector(0)')
+    assert q.query("uptime") == 'max(flink_jobmanager_job_uptime{app="ysb", namespace="streaming"}) / 1000'
+
+
+def test_every_engine_defines_every_required_query():
+    for engine, templates in ENGINES.items():
+        missing = {k for k in KEYS if k != "resets"} - set(templates)
+        assert not missing, f"{engine} lacks {missing}"
+        QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60)
+
+
+def test_an_injected_selector_value_stays_inside_its_string():
+    q = QuerySet("j", "flink", {"namespace": 'x"} or vector(1) or up{a="'}, {"topic": "t"}, {}, 60)
+    assert q.query("parallelism") == (r'max(flink_jobmanager_numRegisteredTaskManagers'
+                                      r'{namespace="x\"} or vector(1) or up{a=\""})')
+
+
+def test_overrides_replace_templates_and_may_use_single_values():
+    q = QuerySet("j", "spark", {"app": "a"}, {"topic": "t"},
+                 {"workload": "sum(rate(my_in_total{app=${selector.app}, topic=${source.topic}}[${window}]))"}, 15)
+    assert q.query("workload") == 'sum(rate(my_in_total{app="a", topic="t"}[15s]))'
+
+
+def test_load_time_errors_name_the_job_and_the_field():
+    with pytest.raises(ConfigurationError, match=r"job 'ysb': field source\.topic: missing, and the workload query"):
+        QuerySet("ysb", "flink", {"namespace": "n"}, {}, {}, 60)
+    with pytest.raises(ConfigurationError, match=r"job 'ysb': field queries\.workoad: not a query the monitor uses"):
+        QuerySet("ysb", "flink", {"namespace": "n"}, {"topic": "t"}, {"workoad": "x"}, 60)
+    with pytest.raises(ConfigurationError, match=r"job 'ysb': field queries\.lag: unknown placeholder '\$\{topic\}'"):
+        QuerySet("ysb", "flink", {"namespace": "n"}, {"topic": "t"}, {"lag": "sum(x{t=${topic}})"}, 60)
+    with pytest.raises(ConfigurationError, match=r"job 'ysb': field engine: no PromQL templates for engine 'storm'"):
+        QuerySet("ysb", "storm", {"namespace": "n"}, {}, {}, 60)

@@ -1,0 +1,71 @@
+"""Bad metrics give hold reasons, never exceptions: one case per rule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from models.validation import validate_observation
+from tests.helpers import T0, observation
+
+NOW = T0 + 61
+
+
+def check(obs, previous_end=None, now=NOW):
+    return validate_observation(obs, now, previous_end, warmup_s=60.0, stale_after_s=180.0)
+
+
+def test_sound_observation_passes():
+    assert check(observation()) == ()
+
+
+def poisoned(field, worker=None, index=5, value=np.nan):
+    obs = observation()
+    if worker is None:
+        arr = getattr(obs, field).copy()
+        arr[index] = value
+        return replace(obs, **{field: arr})
+    series = dict(getattr(obs, field))
+    arr = series[worker].copy()
+    arr[index] = value
+    series[worker] = arr
+    return replace(obs, **{field: series})
+
+
+@pytest.mark.parametrize(
+    ("obs", "expected"),
+    [
+        (poisoned("workload"), "workload has missing or NaN samples"),
+        (poisoned("lag", value=-5.0), "lag is negative"),
+        (poisoned("cpu", "worker-1", value=1.2), "worker-1: CPU outside [0, 1]"),
+        (poisoned("cpu", "worker-0", value=-0.1), "worker-0: CPU outside [0, 1]"),
+        (poisoned("throughput", "worker-0", value=-1.0), "worker-0: negative throughput"),
+        (poisoned("throughput", "worker-0", value=np.nan), "worker-0: missing or NaN samples in steady state"),
+        (poisoned("throughput", "worker-0", value=5_000.0), "above workload"),
+        (replace(observation(), parallelism=3), "2 of 3 workers reporting"),
+        (poisoned("timestamps", index=10, value=T0), "timestamps go backwards"),
+        (replace(observation(), holds=("metrics unavailable: connection refused",)), "connection refused"),
+    ],
+)
+def test_each_bad_input_is_named(obs, expected):
+    reasons = check(obs)
+    assert any(expected in r for r in reasons), reasons
+
+
+def test_stale_and_repeated_windows():
+    assert any("stale" in r for r in check(observation(), now=T0 + 60 + 181))
+    assert any("backwards or repeat" in r for r in check(observation(), previous_end=T0 + 30))
+
+
+def test_empty_observation():
+    empty = observation(n=0)
+    assert check(empty) == ("no samples since the previous loop",)
+
+
+def test_warmup_nan_is_tolerated_after_a_restart():
+    obs = poisoned("throughput", "worker-0", value=np.nan)
+    uptime = obs.uptime_s.copy()
+    uptime[:10] = 0.0  # restarting: not steady state
+    assert check(replace(obs, uptime_s=uptime)) == ()
