@@ -12,6 +12,7 @@ scale-out the scaler reports.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from connectors.promql import JOB_KEYS, WORKER_LABEL, QuerySet
+from connectors.promql import JOB_KEYS, WORKER_KEYS, WORKER_LABEL, QuerySet
 from models.errors import ConfigurationError, ConnectorError
 from models.types import Observation
 
@@ -51,17 +52,17 @@ class PrometheusSource:
     """MetricsSource for Flink, Kafka Streams and Spark jobs through Prometheus (prometheus-api-client)."""
 
     def __init__(self, job: str, queries: QuerySet, url: str, step_s: float = 15.0, timeout_s: float = 10.0,
-                 retries: int = 3, stale_after_s: float | None = None, backoff_s: float = 0.2) -> None:
+                 retries: int = 3, backoff_s: float = 0.2) -> None:
         if step_s < 1 or step_s != int(step_s):
             raise ConfigurationError(f"job {job!r}: field prometheus.step: whole seconds ≥ 1 s, got {step_s}")
         self.job, self.queries, self.url = job, queries, url.rstrip("/")
         self.step_s = float(step_s)
         self.timeout_s, self.retries = timeout_s, retries
-        self.stale_after_s = 2 * self.step_s if stale_after_s is None else stale_after_s
         retry = Retry(total=retries, connect=retries, read=retries, status=retries, backoff_factor=backoff_s,
                       status_forcelist=RETRY_STATUS, allowed_methods=frozenset({"GET"}),
                       raise_on_status=False)
         self._prom = PrometheusConnect(url=self.url, disable_ssl=True, retry=retry, timeout=timeout_s)
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"prometheus-{job}")
 
     @classmethod
     def from_spec(cls, spec: Any) -> PrometheusSource:
@@ -70,9 +71,9 @@ class PrometheusSource:
             raise ConfigurationError(
                 f"job {spec.name!r}: field prometheus: engine {spec.engine!r} needs prometheus.url")
         p = spec.prometheus
-        queries = QuerySet(spec.name, spec.engine, spec.selector, spec.source, spec.queries, 4 * p.step)
-        stale = getattr(p, "stale_after", None)
-        return cls(spec.name, queries, str(p.url), p.step, p.timeout, p.retries, stale)
+        stale = 2 * p.step if p.stale_after is None else p.stale_after
+        queries = QuerySet(spec.name, spec.engine, spec.selector, spec.source, spec.queries, 4 * p.step, stale)
+        return cls(spec.name, queries, str(p.url), p.step, p.timeout, p.retries)
 
     # --- HTTP ---------------------------------------------------------------------------------
 
@@ -115,7 +116,10 @@ class PrometheusSource:
         range_s = max(end - (start - self.step_s), self.step_s)
         if start > end:
             return self._empty(job, until, range_s)
-        raw = {key: self._range(key, start, end, range_s) for key in (*JOB_KEYS, "throughput", "cpu", "seen")}
+        # The queries are independent: run them side by side (Prometheus evaluates them in parallel).
+        futures = {key: self._pool.submit(self._range, key, start, end, range_s) for key in (*JOB_KEYS, *WORKER_KEYS)}
+        resets = self._pool.submit(self._resets, end, range_s) if self.queries.has("resets") else None
+        raw = {key: f.result() for key, f in futures.items()}
         holds: list[str] = []
         job_points: dict[str, dict[float, float]] = {}
         for key in JOB_KEYS:
@@ -126,7 +130,7 @@ class PrometheusSource:
             elif len(results) > 1:
                 holds.append(f"{key} query returned {len(results)} series, expected one (aggregate it)")
             job_points[key] = self._points(results[0]) if len(results) == 1 else {}
-        workers = {key: self._by_worker(raw[key], key, holds) for key in ("throughput", "cpu", "seen")}
+        workers = {key: self._by_worker(raw[key], key, holds) for key in WORKER_KEYS}
         stamps = set().union(*(p.keys() for p in job_points.values()),
                              *(p.keys() for w in workers.values() for p in w.values()))
         ts = np.array(sorted(stamps), dtype=float)
@@ -139,8 +143,8 @@ class PrometheusSource:
             holds += self._job_holds(key, series[key], ts.size)
         current = max(round(float(parallelism[-1])), 1)
         throughput, cpu = self._workers(workers, ts, current, holds)
-        if self.queries.has("resets"):
-            holds += self._resets(end, range_s)
+        if resets is not None:
+            holds += resets.result()
         return Observation(job=job, timestamps=ts, workload=series["workload"].values, throughput=throughput,
                            cpu=cpu, lag=series["lag"].values, uptime_s=series["uptime"].values,
                            parallelism=current, step_s=self.step_s,
@@ -179,23 +183,23 @@ class PrometheusSource:
 
     def _workers(self, workers: dict[str, dict[str, dict[float, float]]], ts: np.ndarray, parallelism: int,
                  holds: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        thr_w, cpu_w, seen_w = workers["throughput"], workers["cpu"], workers["seen"]
+        thr_w, cpu_w, fresh_w = workers["throughput"], workers["cpu"], workers["fresh"]
         if not thr_w or not cpu_w:
             holds.append(f"no data for {'throughput' if not thr_w else 'cpu'}: no worker series "
                          "(check the selector and the metric names)")
         throughput: dict[str, np.ndarray] = {}
         cpu: dict[str, np.ndarray] = {}
-        fresh_at_end = []
-        stale_at_end = []
+        fresh_at_end: list[str] = []
+        stale_at_end: list[tuple[str, float | None]] = []
         for pod in sorted(set(thr_w) | set(cpu_w)):
             if pod not in thr_w or pod not in cpu_w:
                 holds.append(f"partial: pod {pod} reports {'CPU' if pod in cpu_w else 'throughput'} only")
                 continue
             thr, c = self._align(thr_w[pod], ts), self._align(cpu_w[pod], ts)
-            seen = self._align(seen_w.get(pod, {}), ts)
-            with np.errstate(invalid="ignore"):
-                stale = seen.present & (ts - seen.values > self.stale_after_s)
-            present = thr.present & c.present & ~stale
+            fresh = self._align(fresh_w.get(pod, {}), ts).present
+            # Prometheus carries a sample forward for its lookback (5 min by default): without a sample of its
+            # own within the staleness window, a worker's value at a step is an old one repeated.
+            present = thr.present & c.present & fresh
             if present.any():
                 first, last = np.flatnonzero(present)[[0, -1]]
                 gaps = _count(~present[first:last + 1])
@@ -204,16 +208,18 @@ class PrometheusSource:
                 nan = _count(present & ~(np.isfinite(thr.values) & np.isfinite(c.values)))
                 if nan:
                     holds.append(f"NaN: pod {pod} reports NaN throughput or CPU at {nan} steps")
-            if ts.size and stale[-1]:
-                stale_at_end.append((pod, float(seen.values[-1])))
+            if ts.size and thr.present[-1] and not fresh[-1]:
+                stale_at_end.append((pod, float(ts[np.flatnonzero(fresh)[-1]]) if fresh.any() else None))
             elif ts.size and present[-1]:
                 fresh_at_end.append(pod)
             throughput[pod] = np.where(present, thr.values, np.nan)
             cpu[pod] = np.where(present, c.values, np.nan)
         if stale_at_end and len(fresh_at_end) < parallelism:
+            window = self.queries.stale_window
             for pod, last in stale_at_end:
-                holds.append(f"stale: pod {pod} last reported at {last:.0f}, {ts[-1] - last:.0f} s before the "
-                             f"window's end (> {self.stale_after_s:g} s): pod gone or not scraped")
+                when = "never in this window" if last is None else f"last at {last:.0f}"
+                holds.append(f"stale: pod {pod} has no sample within {window} of {ts[-1]:.0f} ({when}) while the "
+                             f"job counts {parallelism} workers: pod gone or not scraped")
         return throughput, cpu
 
     def _resets(self, end: float, range_s: float) -> list[str]:

@@ -4,7 +4,8 @@ A template names what the monitor phase needs; `${...}` placeholders are filled 
 
 - `${selector}`: the job's label matchers, `k1="v1", k2="v2"` (values escaped as PromQL strings);
 - `${selector.KEY}` and `${source.KEY}`: one value as a complete, quoted PromQL string (`"ad-events"`);
-- `${window}`: the rate window (4 × the query step, at least 1 s); `${range}`: the loop's window (resets).
+- `${window}`: the rate window (4 × the query step, at least 1 s); `${range}`: the loop's window (resets);
+- `${stale}`: how old a worker's newest sample may be before it counts as stale (default 2 × the step).
 
 Values are only ever inserted as whole quoted string literals and label names must be identifiers, so a
 job name, selector or topic cannot change the structure of a query (no PromQL injection).
@@ -22,7 +23,7 @@ from models.errors import ConfigurationError
 
 WORKER_LABEL = "pod"
 JOB_KEYS = ("workload", "lag", "parallelism", "uptime")
-WORKER_KEYS = ("throughput", "cpu", "seen")  # seen: epoch seconds of each worker's newest sample
+WORKER_KEYS = ("throughput", "cpu", "fresh")  # fresh: samples of each worker in the last ${stale}, absent if none
 OPTIONAL_KEYS = ("resets",)  # number of counter resets in the loop's window
 KEYS = (*JOB_KEYS, *WORKER_KEYS, *OPTIONAL_KEYS)
 
@@ -44,7 +45,7 @@ FLINK = {
     "throughput": "sum by (pod) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond"
     '{${selector}, operator_name=~"Source.*"})',
     "cpu": "max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{${selector}})",
-    "seen": "max by (pod) (timestamp(flink_taskmanager_Status_JVM_CPU_Load{${selector}}))",
+    "fresh": "sum by (pod) (count_over_time(flink_taskmanager_Status_JVM_CPU_Load{${selector}}[${stale}]))",
     "lag": "sum(flink_taskmanager_job_task_operator_pendingRecords{${selector}})",
     "parallelism": "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})",
     "uptime": "max(flink_jobmanager_job_uptime{${selector}}) / 1000",
@@ -56,7 +57,7 @@ KAFKA_STREAMS = {
     "workload": BROKER["workload"],
     "throughput": f"sum by (pod) (rate({_KS_PROCESS}[${{window}}]))",
     "cpu": "max by (pod) (java_lang_operatingsystem_processcpuload{${selector}})",
-    "seen": "max by (pod) (timestamp(java_lang_operatingsystem_processcpuload{${selector}}))",
+    "fresh": "sum by (pod) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
     "lag": "sum(kafka_consumer_consumer_fetch_manager_metrics_records_lag{${selector}, topic=${source.topic}})",
     "parallelism": "count(max by (pod) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
     "uptime": "time() - max(process_start_time_seconds{${selector}})",
@@ -72,7 +73,7 @@ SPARK = {
     "throughput": f"max by (pod) ({_SPARK_CPU}) * 0 + on() group_left() "
     "(sum(spark_streaming_processed_rows_per_second{${selector}}) / count(" + _SPARK_CPU + "))",
     "cpu": f"max by (pod) ({_SPARK_CPU})",
-    "seen": f"max by (pod) (timestamp({_SPARK_CPU}))",
+    "fresh": f"sum by (pod) (count_over_time({_SPARK_CPU}[${{stale}}]))",
     "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
     "parallelism": f"count(max by (pod) ({_SPARK_CPU}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
@@ -116,7 +117,7 @@ class QuerySet:
     """The rendered queries of one job: its engine's templates with the job's overrides and labels."""
 
     def __init__(self, job: str, engine: str, selector: Mapping[str, str], source: Mapping[str, str],
-                 overrides: Mapping[str, str], window_s: float) -> None:
+                 overrides: Mapping[str, str], window_s: float, stale_s: float | None = None) -> None:
         if engine not in ENGINES:
             raise ConfigurationError(f"job {job!r}: field engine: no PromQL templates for engine {engine!r}; "
                                      f"known: {', '.join(sorted(ENGINES))}")
@@ -129,6 +130,7 @@ class QuerySet:
         self._selector = dict(selector)
         self._source = dict(source)
         self._window = duration(max(window_s, 1.0))
+        self._stale = duration(window_s / 2 if stale_s is None else stale_s)
         self._matchers = matchers(self._selector, f"job {job!r}: field selector")
         for key, template in self.templates.items():  # fail at load time, not in the loop
             self._render(key, template, 60.0)
@@ -143,16 +145,22 @@ class QuerySet:
                     raise ConfigurationError(f"job {self.job!r}: field {name}.{sub}: missing, and the {key} query "
                                              f"needs it (template {template!r})")
                 return quote(values[sub])
-            if sub is None and name in ("selector", "window", "range"):
-                return {"selector": self._matchers, "window": self._window, "range": duration(range_s)}[name]
+            if sub is None and name in ("selector", "window", "range", "stale"):
+                return {"selector": self._matchers, "window": self._window, "range": duration(range_s),
+                        "stale": self._stale}[name]
             raise ConfigurationError(f"{where}: unknown placeholder {m.group(0)!r}; known: ${{selector}}, "
-                                     "${selector.KEY}, ${source.KEY}, ${window}, ${range}")
+                                     "${selector.KEY}, ${source.KEY}, ${window}, ${range}, ${stale}")
 
         return _PLACEHOLDER.sub(fill, template)
 
     def query(self, key: str, range_s: float = 60.0) -> str:
         """The PromQL for one metric; `range_s` fills `${range}`."""
         return self._render(key, self.templates[key], range_s)
+
+    @property
+    def stale_window(self) -> str:
+        """The staleness window, as a PromQL duration."""
+        return self._stale
 
     def has(self, key: str) -> bool:
         return key in self.templates

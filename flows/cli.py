@@ -49,7 +49,7 @@ def _summary_table(report: dict[str, Any]) -> Table:
     if report["forecast_wape"]["median"] is not None:
         rows.append(("forecast WAPE median", f"{100 * report['forecast_wape']['median']:.1f} %"))
     if loop["median"] is not None:
-        rows.append(("loop cost median / p95 (ms)", f"{loop['median']:.1f} / {loop['p95']:.1f}"))
+        rows.append(("loop cost: analyze + plan, median / p95 (ms)", f"{loop['median']:.1f} / {loop['p95']:.1f}"))
     for row in rows:
         t.add_row(*row)
     return t

@@ -22,7 +22,10 @@ def total_throughput(obs: Observation) -> np.ndarray:
     return total
 
 
-def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float) -> float | None:
+NOISE_FLOOR = 0.01  # residuals within 1 % of the workload are noise, whatever the learned std says
+
+
+def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recovery_s: float) -> float | None:
     """Learn normal workload − throughput, or follow a rescale until recovered.
 
     Returns the observed recovery time when this observation ends a recovery.
@@ -30,7 +33,16 @@ def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float) -> float | 
     residual = obs.workload - total_throughput(obs)
     watch = k.watch
     if watch is None:
-        k.anomaly.update_many(residual[obs.uptime_s >= warmup_s])
+        steady = obs.uptime_s >= warmup_s
+        k.anomaly.update_many(residual[steady])
+        if steady.any():
+            k.anomaly.min_std = NOISE_FLOOR * float(np.mean(obs.workload[steady]))
+        return None
+    if obs.end - watch.rescale_time > max_recovery_s:
+        entry = k.entry(watch.decision_id)
+        if entry is not None:
+            entry.history.append((obs.end, f"recovery not observed within {max_recovery_s:.0f} s"))
+        k.watch = None
         return None
     after = obs.timestamps > watch.rescale_time
     for t, r, up in zip(obs.timestamps[after], residual[after], obs.uptime_s[after], strict=True):
@@ -60,7 +72,7 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
     if sound:
         k.capacity.update(obs)
         k.forecaster.observe(obs.timestamps, obs.workload)
-        follow_recovery(k, obs, cfg.warmup_s)
+        follow_recovery(k, obs, cfg.warmup_s, cfg.max_recovery_s)
     if obs.timestamps.size and np.isfinite(obs.end) and (k.last_observation_end or -np.inf) < obs.end:
         k.last_observation_end = obs.end
     k.loops += 1

@@ -51,6 +51,10 @@ class AnomalyDetector:
     ----------
     k
         A point x is anomalous when |x − mean| > k · std (the paper: one standard deviation).
+    min_std
+        A floor under std. A noise-free series (a simulator, a very steady job) has std 0, and then every
+        rounding error would be an anomaly and no recovery could ever end. The loop sets it to 1 % of the
+        workload. With a floor, a detector that learned fewer than two values judges around mean 0.
 
     A missing (non-finite) value teaches nothing: ``update`` skips it, and ``is_anomalous`` calls it
     anomalous, because a job that does not report is not known to be normal. With fewer than two
@@ -71,10 +75,13 @@ class AnomalyDetector:
     Pfister et al. (ICPE 2024), observed recovery time; Welford (1962).
     """
 
-    def __init__(self, k: float = 1.0) -> None:
+    def __init__(self, k: float = 1.0, min_std: float = 0.0) -> None:
         if not (math.isfinite(k) and k > 0):
             raise ValueError(f"k (standard deviations) must be a positive number, got {k!r}")
+        if not (math.isfinite(min_std) and min_std >= 0):
+            raise ValueError(f"min_std must be a finite number ≥ 0, got {min_std!r}")
         self.k = float(k)
+        self.min_std = float(min_std)
         self._stats = RunningVariance()
 
     @property
@@ -110,11 +117,11 @@ class AnomalyDetector:
         if not math.isfinite(x):
             return True
         if self._stats.n < 2:
-            return False
-        return abs(x - self._stats.mean) > self.k * self._stats.std
+            return self.min_std > 0 and abs(x) > self.k * self.min_std
+        return abs(x - self._stats.mean) > self.k * max(self._stats.std, self.min_std)
 
     def to_state(self) -> dict[str, float]:
-        return {"k": self.k, **self._stats.to_state()}
+        return {"k": self.k, "min_std": self.min_std, **self._stats.to_state()}
 
     @classmethod
     def from_state(cls, state: Mapping[str, float]) -> AnomalyDetector:
@@ -122,8 +129,8 @@ class AnomalyDetector:
         k = _number(cls, state, "k")
         if k <= 0:
             raise KnowledgeError(f"{cls.__name__} state: k must be positive, got {k!r}")
-        detector = cls(k)
-        detector._stats = RunningVariance.from_state({key: state[key] for key in state if key != "k"})
+        detector = cls(k, float(state.get("min_std", 0.0)))
+        detector._stats = RunningVariance.from_state({key: state[key] for key in state if key not in ("k", "min_std")})
         return detector
 
     def __repr__(self) -> str:

@@ -18,7 +18,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from connectors.lake import Lake
-from connectors.spark import SparkSettings, read_lake, session
+from connectors.spark import SparkSettings, by_job, read_lake, session
 from models.expectations import (
     Check,
     CheckResult,
@@ -39,31 +39,31 @@ _KEYS = {"rows": ["job", "worker", "timestamp"], "steps": ["job", "timestamp"]}
 def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
     """One row per job and second: workers reporting, duplicates, totals, missing steps before it, supply ratio.
 
-    Aggregated map-side (a second's rows of a job sit in one file), so only one row per job and second is
-    shuffled. An exact duplicate row of a worker counts once in the totals (it fails `unique_rows` on its own).
+    `rows` should be partitioned by job (`connectors.spark.by_job`): then both aggregations and the window
+    run inside the partitions, without another shuffle. A duplicated row of a worker counts once in the
+    totals (it fails `unique_rows` on its own).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    steps = rows.groupBy("job", "timestamp").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.collect_set(F.struct("worker", "throughput")).alias("reports"),
+    per_worker = rows.groupBy("job", "timestamp", "worker").agg(
+        F.count(F.lit(1)).alias("copies"),
+        *(F.max(c).alias(c) for c in ("throughput", "workload", "lag", "parallelism")),
+    )
+    steps = per_worker.groupBy("job", "timestamp").agg(
+        F.count(F.lit(1)).alias("workers"),
+        (F.sum("copies") - F.count(F.lit(1))).alias("duplicate_rows"),
         F.max("parallelism").alias("parallelism"),
+        F.sum("throughput").alias("throughput"),
         F.max("workload").alias("workload"),
         F.max("lag").alias("lag"),
     )
-    workers = F.size(F.array_distinct(F.col("reports.worker")))
-    throughput = F.aggregate(F.col("reports.throughput"), F.lit(0.0),
-                             lambda total, x: total + F.coalesce(x, F.lit(0.0)))
     by_job = Window.partitionBy("job").orderBy("timestamp")
     seconds = F.unix_micros(F.col("timestamp")) / 1e6
     missing = (seconds - F.lag(seconds).over(by_job)) / settings.step_s - 1
     drained = F.greatest(F.lag("lag").over(by_job) - F.col("lag"), F.lit(0.0))
     supply = F.greatest(F.col("workload") + drained, F.lit(1.0))
-    return steps.select(
-        "job", "timestamp", workers.alias("workers"), (F.col("rows") - workers).alias("duplicate_rows"),
-        "parallelism", throughput.alias("throughput"), "workload", "lag",
-    ).select("*", missing.alias("missing_steps"), (F.col("throughput") / supply).alias("supply_ratio"))
+    return steps.select("*", missing.alias("missing_steps"), (F.col("throughput") / supply).alias("supply_ratio"))
 
 
 @functools.cache
@@ -184,7 +184,7 @@ def validate(lake: Lake, since: float, until: float, settings: SuiteSettings | N
     settings = settings or SuiteSettings()
     spark = session(spark_settings)
     read = read_lake(spark, lake, since, until, jobs)
-    rows = read.rows.cache()
+    rows = by_job(read.rows, spark).cache()
     steps = step_frame(rows, settings).cache()
     try:
         frames = {"rows": rows, "steps": steps}

@@ -95,7 +95,8 @@ def prom_url(tmp_path_factory):
 
 
 def _source(url: str, ns: str, **kw) -> PrometheusSource:
-    queries = QuerySet(ns, "flink", {"namespace": ns, "cluster": "c1"}, {"topic": f"{ns}-events"}, {}, 4 * STEP)
+    queries = QuerySet(ns, "flink", {"namespace": ns, "cluster": "c1"}, {"topic": f"{ns}-events"}, {}, 4 * STEP,
+                       2 * STEP)
     return PrometheusSource(ns, queries, url, step_s=STEP, **kw)
 
 
@@ -128,7 +129,7 @@ def test_the_grid_is_aligned_so_loops_neither_overlap_nor_skip(prom_url):
 
 def test_partial_series_hold(prom_url):
     obs = _source(prom_url, "partial").observe("partial", SINCE, UNTIL)
-    # Prometheus carries the sample of 285 forward (5 min lookback); it is stale (> 30 s old) at 330 and 345.
+    # Prometheus carries the sample of 285 forward (5 min lookback); none within 30 s at 330 and 345.
     assert obs.holds == ("partial: pod tm-1 has no sample at 2 steps between its first and last",)
     missing = (GRID >= T0 + 330) & (GRID <= T0 + 345)
     assert np.isnan(obs.cpu["tm-1"][missing]).all() and np.isnan(obs.throughput["tm-1"][missing]).all()
@@ -139,9 +140,9 @@ def test_partial_series_hold(prom_url):
 
 def test_a_stale_series_is_masked_and_holds_while_the_job_still_counts_the_pod(prom_url):
     obs = _source(prom_url, "stale").observe("stale", SINCE, UNTIL)
-    # Prometheus repeats tm-2's last sample (435) for 5 minutes; after 30 s (2 steps) it is stale.
-    assert obs.holds == (f"stale: pod tm-2 last reported at {T0 + 435}, 165 s before the window's end (> 30 s): "
-                         "pod gone or not scraped",)
+    # Prometheus repeats tm-2's last sample (435) for 5 minutes; from 480 on it has none within 30 s.
+    assert obs.holds == (f"stale: pod tm-2 has no sample within 30s of {UNTIL} (last at {T0 + 465}) while the job "
+                         "counts 3 workers: pod gone or not scraped",)
     fresh = GRID <= T0 + 435 + 30
     assert np.isfinite(obs.throughput["tm-2"][fresh]).all() and np.isnan(obs.throughput["tm-2"][~fresh]).all()
 

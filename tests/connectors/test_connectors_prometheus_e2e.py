@@ -49,8 +49,8 @@ def test_decisions_through_prometheus_match_the_direct_loop(tmp_path):
     exported_sim = Simulator(workload, sim_config, seed=3)
     with SimExporter(exported_sim, SELECTOR, TOPIC) as exporter, \
             local_prometheus(tmp_path / "prom", [f"127.0.0.1:{exporter.port}"], "200ms", lookback="500ms") as url:
-        queries = QuerySet("sim", "flink", SELECTOR, {"topic": TOPIC}, {"workload": IRATE_WORKLOAD}, 4.0)
-        source = PrometheusSource("sim", queries, url, step_s=1, stale_after_s=0.5)
+        queries = QuerySet("sim", "flink", SELECTOR, {"topic": TOPIC}, {"workload": IRATE_WORKLOAD}, 4.0, 0.5)
+        source = PrometheusSource("sim", queries, url, step_s=1)
         prom_target = targets.Target("sim", metrics=source, scaler=exporter, clock=exporter, config=loop_config)
         prom_knowledge = Knowledge.new("sim", loop_config)
         prom_its = []

@@ -1,0 +1,246 @@
+"""A local Spark Structured Streaming job that Daedalus can watch (Prometheus) and rescale (spark-local).
+
+Run as its own process: `python -m connectors.spark_stream WORKDIR --workload FILE --metrics-port PORT`.
+In WORKDIR:
+- `input/`: a feeder thread writes one JSON-lines file per second, as many rows as the workload trace says
+  (one rate per line, tuples/s), each row with a unique increasing `id` — the topic the job reads;
+- `output/`, `checkpoint/`: the query's parquet sink and checkpoint (exactly-once file sink);
+- `control.json` (written by connectors.spark_local): the wanted parallelism and the decision behind it;
+- `state.json` (written here): the running parallelism, the last applied decision, rows fed so far;
+- `stop` (written by whoever wants it to end): stop feeding, drain, count the output, exit;
+- `result.json`: rows fed, rows in the sink, distinct ids in the sink — written at the end.
+
+The query reads the folder, hashes every row `rounds` times (CPU-bound work in the JVM) and writes parquet.
+Its parallelism is the number of partitions each micro-batch is split into (`repartition(n)`), so n task
+slots work at once (n ≤ the cores of `local[cores]`). A rescale stops the query and starts it again from
+its checkpoint with the new n: the file source and sink's logs make that exactly once.
+
+Metrics (prometheus_client on 127.0.0.1:PORT, labels `app` and for slots `pod`), from each progress event:
+- `spark_streaming_input_rows_per_second`, `spark_streaming_processed_rows_per_second`: Spark's own
+  progress figures (rows per second between trigger starts; rows per second of batch duration);
+- `spark_streaming_source_offsets_behind_latest`: rows fed but not yet read;
+- `spark_streaming_query_start_time_seconds`: when the running query started (the job's uptime);
+- `java_lang_operatingsystem_processcpuload{pod="slot-k"}`: per task slot, the JVM's CPU (cores used
+  between progress events, from /proc) divided by n;
+- `kafka_server_brokertopicmetrics_messagesin_total{topic}`: rows fed (the feeder is the broker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+SCHEMA = "id LONG, t DOUBLE, payload STRING"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: readers never see half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Feeder(threading.Thread):
+    """Writes the workload trace into the input folder, one file per second, on the wall clock."""
+
+    def __init__(self, folder: Path, rates: list[float], fed: Counter) -> None:
+        super().__init__(name="spark-feeder", daemon=True)
+        self.folder, self.rates, self.fed_metric = folder, rates, fed
+        self.fed = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        staging = self.folder.parent / "staging"
+        staging.mkdir(exist_ok=True)
+        start = time.time()
+        carry = 0.0
+        for second, rate in enumerate(self.rates):
+            if self.stopped.wait(max(0.0, start + second + 1 - time.time())):
+                return
+            carry += rate
+            rows, carry = int(carry), carry - int(carry)
+            now = time.time()
+            lines = [json.dumps({"id": self.fed + i, "t": now, "payload": f"row-{self.fed + i:012d}"})
+                     for i in range(rows)]
+            tmp = staging / f"part-{second:06d}.json"
+            tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
+            os.replace(tmp, self.folder / tmp.name)  # the file source must only see complete files
+            self.fed += rows
+            self.fed_metric.inc(rows)
+
+
+class Metrics:
+    """The job's metrics, updated from each progress event."""
+
+    def __init__(self, app: str, topic: str, port: int) -> None:
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ["app"]
+        self.input = Gauge("spark_streaming_input_rows_per_second", "rows read per second", labels, registry=r)
+        self.processed = Gauge("spark_streaming_processed_rows_per_second", "rows per second of batch time", labels,
+                               registry=r)
+        self.behind = Gauge("spark_streaming_source_offsets_behind_latest", "rows fed, not yet read", labels,
+                            registry=r)
+        self.started = Gauge("spark_streaming_query_start_time_seconds", "start of the running query", labels,
+                             registry=r)
+        self.cpu = Gauge("java_lang_operatingsystem_processcpuload", "CPU per task slot", ["app", "pod"], registry=r)
+        self.fed = Counter("kafka_server_brokertopicmetrics_messagesin", "rows fed", ["topic"], registry=r)
+        self.app, self.topic = app, topic
+        self.fed.labels(topic).inc(0)
+        self.server, _ = start_http_server(port, addr="127.0.0.1", registry=r)
+        self.slots = 0
+
+    def set_slots(self, n: int) -> None:
+        for k in range(n, self.slots):
+            self.cpu.remove(self.app, f"slot-{k}")  # a gone slot's series ends (a staleness marker)
+        self.slots = n
+
+
+class CpuMeter:
+    """Cores the JVM used between two readings, from /proc/PID/stat (utime + stime)."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/stat")
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.last = self._read()
+
+    def _read(self) -> tuple[float, float]:
+        fields = self.path.read_text().rsplit(")", 1)[1].split()
+        return time.monotonic(), (int(fields[11]) + int(fields[12])) / self.tick
+
+    def cores(self) -> float:
+        now = self._read()
+        (t0, c0), (t1, c1) = self.last, now
+        self.last = now
+        return (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class Job:
+    """The streaming query with its rescale-by-restart and its progress metrics."""
+
+    def __init__(self, workdir: Path, rates: list[float], port: int, parallelism: int, cores: int, rounds: int,
+                 app: str) -> None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        self.workdir, self.cores, self.rounds = workdir, cores, rounds
+        for sub in ("input", "output", "checkpoint"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        self.metrics = Metrics(app, workdir.name, port)
+        self.spark = (SparkSession.builder.master(f"local[{cores}]").appName(app)
+                      .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(cores))
+                      .config("spark.sql.adaptive.enabled", "false").getOrCreate())
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.cpu = CpuMeter(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
+        self.feeder = Feeder(workdir / "input", rates, self.metrics.fed.labels(workdir.name))
+        self.parallelism, self.decision = parallelism, None
+        self.read_total = 0
+        self.query: Any = None
+
+    def _start_query(self) -> None:
+        from pyspark.sql import functions as F
+
+        df = self.spark.readStream.schema(SCHEMA).json(str(self.workdir / "input")).repartition(self.parallelism)
+        digest = F.col("payload")
+        for _ in range(self.rounds):
+            digest = F.sha2(digest, 256)
+        self.query = (df.select("id", "t", digest.alias("digest")).writeStream.format("parquet")
+                      .option("path", str(self.workdir / "output"))
+                      .option("checkpointLocation", str(self.workdir / "checkpoint"))
+                      .trigger(processingTime="1 second").start())
+        self.started = time.time()
+        self.metrics.started.labels(self.metrics.app).set(self.started)
+        self.metrics.set_slots(self.parallelism)
+        self.cpu.cores()  # restart the CPU interval
+        self._last_batch = -1
+
+    def _publish(self) -> None:
+        p = self.query.lastProgress if self.query is not None else None
+        if not p or p["batchId"] == self._last_batch:
+            return
+        self._last_batch = p["batchId"]
+        app, n = self.metrics.app, self.parallelism
+        self.read_total += int(p["numInputRows"])
+        self.metrics.input.labels(app).set(float(p.get("inputRowsPerSecond") or 0.0))
+        self.metrics.processed.labels(app).set(float(p.get("processedRowsPerSecond") or 0.0))
+        self.metrics.behind.labels(app).set(max(self.feeder.fed - self.read_total, 0))
+        per_slot = min(self.cpu.cores() / n, 1.0)
+        for k in range(n):
+            self.metrics.cpu.labels(app, f"slot-{k}").set(per_slot)
+
+    def _write_state(self) -> None:
+        write_json(self.workdir / "state.json", {"parallelism": self.parallelism, "decision": self.decision,
+                                                  "running": self.query is not None and self.query.isActive
+                                                  and self._last_batch >= 0,
+                                                  "started": self.started, "fed": self.feeder.fed,
+                                                  "cores": self.cores})
+
+    def _rescale(self, wanted: int, decision: str | None) -> None:
+        """Stop the query and start it again from its checkpoint with the new parallelism."""
+        self.query.stop()
+        app = self.metrics.app
+        self.metrics.input.labels(app).set(0.0)
+        self.metrics.processed.labels(app).set(0.0)
+        self.parallelism, self.decision = wanted, decision
+        self._start_query()
+        self._write_state()
+
+    def run(self) -> None:
+        self._start_query()
+        self._write_state()
+        self.feeder.start()
+        stop = self.workdir / "stop"
+        while not stop.exists():
+            control = read_json(self.workdir / "control.json")
+            if control and control.get("decision") != self.decision and 1 <= int(control["parallelism"]) <= self.cores:
+                self._rescale(int(control["parallelism"]), control.get("decision"))
+            self._publish()
+            self._write_state()
+            time.sleep(0.2)
+        self.feeder.stopped.set()
+        self.feeder.join()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Let the query read everything fed, then count what the sink committed."""
+        self.query.processAllAvailable()
+        self.query.stop()
+        out = self.spark.read.parquet(str(self.workdir / "output"))  # only files the sink's log committed
+        rows = out.count()
+        distinct = out.select("id").distinct().count()
+        write_json(self.workdir / "result.json", {"fed": self.feeder.fed, "rows_out": rows, "distinct_ids": distinct})
+        self.spark.stop()
+        self.metrics.server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--workload", type=Path, required=True, help="tuples/s, one per line, one line per second")
+    parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=200, help="sha2 rounds per row: the CPU cost of a row")
+    parser.add_argument("--app", default="spark-local")
+    args = parser.parse_args(argv)
+    rates = [float(x) for x in args.workload.read_text().split()]
+    Job(args.workdir, rates, args.metrics_port, args.parallelism, args.cores, args.rounds, args.app).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""A Prefect server and process workers started on this machine, for the tests and `daedalus bench`.
+
+The server runs on a loopback port with its own PREFECT_HOME (SQLite), analytics off; everything started here
+runs in its own process group and is stopped by that group's id.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from models.errors import ConnectorError
+
+# Prefect 3.8.8's scheduler inserts runs with an ORM bulk insert that SQLAlchemy 2.1 refuses ("Can't evaluate
+# bulk DML statement"): with it, deployments get no scheduled runs at all.
+SCHEDULER_BROKEN = "Can't evaluate bulk DML statement"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_settings(many_deployments: bool = False) -> dict[str, str]:
+    """Server settings; with many one-minute deployments, schedule 10 minutes ahead instead of an hour."""
+    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "10"}
+    if many_deployments:
+        env["PREFECT_SERVER_SERVICES_SCHEDULER_MIN_SCHEDULED_TIME"] = "PT10M"
+        env["PREFECT_SERVER_SERVICES_SCHEDULER_MIN_RUNS"] = "3"
+    return env
+
+
+@dataclass
+class LocalPrefect:
+    """A running local Prefect server, and the workers started against it."""
+
+    home: Path
+    port: int
+    server: subprocess.Popen
+    log: Path
+    workers: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients of this server (CLI, workers, flows)."""
+        return {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.api_url,
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+    def start_worker(self, pool: str, prefork: bool = False, name: str = "worker") -> subprocess.Popen:
+        """A process worker for `pool` (through `daedalus worker` when `prefork`), logging next to the server's."""
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        cmd = ([str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", pool] if prefork else
+               [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+        proc = subprocess.Popen(cmd, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.workers.append(proc)
+        return proc
+
+    def scheduler_errors(self) -> list[str]:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return [line for line in text.splitlines() if SCHEDULER_BROKEN in line]
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.server]:
+            _stop_group(proc)
+        self.workers.clear()
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group this module started (start_new_session)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def start_server(home: Path, port: int | None = None, timeout_s: float = 120.0, many_deployments: bool = False
+                 ) -> LocalPrefect:
+    """Start `prefect server start` on 127.0.0.1 and wait until /api/health answers."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    log = home / "server.log"
+    env = {**os.environ, "PREFECT_HOME": str(home), **server_settings(many_deployments)}
+    env.pop("PREFECT_API_URL", None)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    local = LocalPrefect(home, port, proc, log)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ConnectorError(f"the Prefect server exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(f"{local.api_url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return local
+        except OSError:
+            time.sleep(0.5)
+    local.stop()
+    raise ConnectorError(f"the Prefect server did not answer within {timeout_s:.0f} s; see {log}")

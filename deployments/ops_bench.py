@@ -1,0 +1,178 @@
+"""`daedalus bench schedule`: can one local Prefect server and one process worker keep up with N jobs every minute?
+
+Starts a server (SQLite) and one worker, deploys N simulated jobs (real time, speedup 1), lets the schedules run
+them for the given minutes and measures, from the Prefect API: how late each run started (start time − scheduled
+time), how many runs came due, ran, were cancelled by the concurrency limit or are still waiting (the backlog,
+sampled every minute), how long loop runs took; and the CPU the server, the worker and the flow runs used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from deployments.local_prefect import LocalPrefect, start_server
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its waited-for children (utime + stime + cutime + cstime)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return kids
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process tree as it stands (live descendants included)."""
+    return _cpu_s(pid) + sum(_tree_cpu_s(c) for c in _children(pid))
+
+
+def _machine_busy() -> tuple[float, float]:
+    parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "max": None}
+    ordered = sorted(values)
+    return {"p50": round(statistics.median(ordered), 2), "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 2),
+            "max": round(ordered[-1], 2)}
+
+
+async def _runs(flow_name: str) -> list[Any]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    found: list[Any] = []
+    async with get_client() as client:
+        while True:
+            page = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+                                               limit=200, offset=len(found))
+            found += page
+            if len(page) < 200:
+                return found
+
+
+def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
+    """Runs that came due in [since, until): how many of each state, how late they started, how long they took."""
+    due = [r for r in runs if r.expected_start_time and since <= r.expected_start_time.timestamp() < until]
+    states: dict[str, int] = {}
+    for r in due:
+        states[r.state.name if r.state else "?"] = states.get(r.state.name if r.state else "?", 0) + 1
+    started = [r for r in due if r.start_time is not None]
+    delays = [(r.start_time - r.expected_start_time).total_seconds() for r in started]
+    durations = [r.total_run_time.total_seconds() for r in started if r.state and r.state.is_completed()]
+    return {"due": len(due), "states": states, "start_delay_s": _percentiles(delays),
+            "run_s": _percentiles(durations)}
+
+
+def _backlog(runs: list[Any], now: float) -> int:
+    """Runs that should have started more than a minute ago and have not."""
+    return sum(1 for r in runs if r.state and r.state.type.value in ("SCHEDULED", "PENDING")
+               and r.expected_start_time and r.expected_start_time.timestamp() < now - 60)
+
+
+def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | None, console: Console
+                       ) -> dict[str, Any]:
+    from flows.cli_ops import bench_jobs_file, deploy_jobs
+
+    tmp = None if keep else tempfile.TemporaryDirectory(prefix="daedalus-bench-")
+    root = keep or Path(tmp.name)  # type: ignore[union-attr]
+    root.mkdir(parents=True, exist_ok=True)
+    console.print(f"Starting a local Prefect server (SQLite) in {root} ...")
+    server: LocalPrefect = start_server(root / "prefect", many_deployments=True)
+    os.environ.update({"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(server.home)})
+    try:
+        path = bench_jobs_file(root / "jobs.yaml", jobs, 1.0)
+        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork)
+        console.print(f"Deployed {jobs} jobs in {deploy_s:.1f} s; starting one worker "
+                      f"({'daedalus worker, preloaded' if prefork else 'prefect worker start'}) ...")
+        worker = server.start_worker("bench", prefork=prefork)
+        start = time.time()
+        cpu0 = {"server": _tree_cpu_s(server.server.pid), "worker": _tree_cpu_s(worker.pid)}
+        busy0 = _machine_busy()
+        samples: list[dict[str, Any]] = []
+        end = start + 60 * minutes
+        while time.time() < end:
+            time.sleep(min(60.0, max(0.0, end - time.time())))
+            runs = asyncio.run(_runs("mape-k"))
+            now = time.time()
+            samples.append({"minute": round((now - start) / 60, 1), "backlog": _backlog(runs, now),
+                            "running": sum(1 for r in runs if r.state and r.state.is_running())})
+            console.print(f"  minute {samples[-1]['minute']:.0f}: backlog {samples[-1]['backlog']}, "
+                          f"running {samples[-1]['running']}")
+        busy1 = _machine_busy()
+        cpu = {"server": _tree_cpu_s(server.server.pid) - cpu0["server"],
+               "worker_and_runs": _tree_cpu_s(worker.pid) - cpu0["worker"]}
+        time.sleep(20)  # let the last runs finish before counting them
+        runs = asyncio.run(_runs("mape-k"))
+        settle = 120.0  # runs scheduled before the worker was warm are not counted
+        segments = []
+        for s0 in range(0, int(minutes), 10):
+            a, b = start + settle + 60 * s0, min(start + 60 * min(s0 + 10, minutes), end)
+            if b > a:
+                segments.append({"from_minute": s0, "to_minute": min(s0 + 10, minutes), **summarise(runs, a, b)})
+        elapsed = end - start
+        return {
+            "jobs": jobs, "minutes": minutes, "prefork": prefork, "deploy_s": round(deploy_s, 2),
+            "started": datetime.fromtimestamp(start, UTC).isoformat(),
+            "overall": summarise(runs, start + settle, end), "segments": segments, "backlog": samples,
+            "cpu_percent_of_one_core": {k: round(100 * v / elapsed, 1) for k, v in cpu.items()},
+            "machine_busy_percent": round(100 * (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1]), 1),
+            "cores": os.cpu_count(), "scheduler_errors": len(server.scheduler_errors()),
+        }
+    finally:
+        server.stop()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def schedule_table(report: dict[str, Any]) -> Table:
+    o = report["overall"]
+    t = Table(title=f"{report['jobs']} jobs every minute for {report['minutes']:g} min, one worker "
+                    f"({'preloaded' if report['prefork'] else 'plain'}), {report['cores']} cores")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    d, r = o["start_delay_s"], o["run_s"]
+    rows = [
+        ("runs due (after 2 min warm-up)", str(o["due"])),
+        ("states", ", ".join(f"{k} {v}" for k, v in sorted(o["states"].items()))),
+        ("start delay p50 / p95 / max", f"{d['p50']} / {d['p95']} / {d['max']} s"),
+        ("loop run time p50 / p95", f"{r['p50']} / {r['p95']} s"),
+        ("backlog per minute (runs > 1 min overdue)", " ".join(str(s["backlog"]) for s in report["backlog"])),
+        ("CPU: server / worker + runs (% of one core)", "{server} / {worker_and_runs}".format(
+            **report["cpu_percent_of_one_core"])),
+        ("machine busy (all processes)", f"{report['machine_busy_percent']} %"),
+        ("deploy time", f"{report['deploy_s']} s"),
+    ]
+    for seg in report["segments"]:
+        sd = seg["start_delay_s"]
+        rows.append((f"minutes {seg['from_minute']}–{seg['to_minute']:g}: due, delay p50/p95",
+                     f"{seg['due']}, {sd['p50']} / {sd['p95']} s"))
+    for row in rows:
+        t.add_row(*row)
+    return t

@@ -1,0 +1,57 @@
+"""Analyze learns only from sound data, and follows a rescale until the job has recovered."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from connectors.simulated import SimulatedJob
+from connectors.targets import Target
+from flows.mape_k import PLAIN, iterate
+from models.analyze import analyze
+from models.config import LoopConfig
+from models.knowledge import Knowledge
+from models.types import Decision
+from sim.simulator import SimConfig, Simulator
+from tasks.execute import apply
+from tests.helpers import T0, observation
+
+
+def test_bad_observation_teaches_nothing_and_holds():
+    cfg = LoopConfig()
+    k = Knowledge.new("j", cfg)
+    analyze(cfg, observation(), k, T0 + 61)
+    before = k.to_bytes()
+    lag = observation(start=T0 + 60).lag.copy()
+    lag[3] = np.nan
+    a = analyze(cfg, replace(observation(start=T0 + 60), lag=lag), k, T0 + 121)
+    assert a.holds == ("lag has missing or NaN samples",)
+    after = Knowledge.from_bytes(k.to_bytes())
+    assert after.capacity.to_state() == Knowledge.from_bytes(before).capacity.to_state()
+    assert after.forecaster.window.size == Knowledge.from_bytes(before).forecaster.window.size
+
+
+def test_recovery_after_a_rescale_is_observed_within_10_s_of_the_truth():
+    workload = np.full(3600, 150_000.0)
+    sim = Simulator(workload, SimConfig(max_scaleout=12, downtime_noise_s=0.0), seed=3, initial_scaleout=4)
+    job = SimulatedJob(sim)
+    cfg = LoopConfig(max_parallelism=12, mode="dry-run")  # only the manual action below rescales
+    target = Target("sim", job, job, job, cfg)
+    k = Knowledge.new("sim", cfg)
+    for _ in range(20):  # learn normal operation
+        sim.advance(60)
+        iterate(target, k, PLAIN)
+    now = sim.now
+    apply(Decision("sim-manual", now, "scale-out", 4, 6, ("test",)), k, job, now)
+    while k.watch is not None and sim.now < now + 900:
+        sim.advance(60)
+        iterate(target, k, PLAIN)
+    observed = k.entry("sim-manual").observed_recovery_s
+    h = sim.history()
+    after = h.timestamps > now
+    caught_up = h.timestamps[after & (h.lag <= 1.0) & ~h.down]
+    true_recovery = caught_up[0] - now
+    assert observed is not None
+    assert abs(observed - true_recovery) <= 10.0, (observed, true_recovery)
+    assert k.downtime.observations == 1 and 27 <= k.downtime.out_s <= 33  # learned from a 30 s restart
