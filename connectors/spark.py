@@ -83,7 +83,10 @@ class SparkSettings:
             "spark.driver.memory": self.driver_memory,
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
-            "spark.sql.adaptive.coalescePartitions.enabled": "false",
+            # Adaptive execution off: it would coalesce a small fleet into one partition (one Python worker),
+            # and a cached frame it planned hides its partitioning by job, so later aggregations by job
+            # would shuffle again.
+            "spark.sql.adaptive.enabled": "false",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true",
             "spark.ui.enabled": str(self.ui).lower(),

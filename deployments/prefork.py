@@ -25,7 +25,7 @@ from pathlib import Path
 
 SOCKET_ENV = "DAEDALUS_PREFORK_SOCKET"
 PRELOAD = (
-    "prefect.engine", "prefect.flow_engine", "prefect.task_engine", "prefect.flow_runs", "prefect.artifacts",
+    "prefect.flow_engine", "prefect.task_engine", "prefect.flow_runs", "prefect.artifacts",
     "prefect.deployments.flow_runs", "prefect.input", "prefect.events.clients", "prefect.logging.handlers",
     "prefect.client.orchestration", "prefect.results", "prefect.runner.storage", "prefect._internal.metrics",
     "flows.mape_k", "flows.approval", "flows.dashboards", "deployments.targets", "connectors.sim_persistent",
@@ -123,6 +123,7 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         import prefect.context
 
         prefect.context.refresh_global_settings_context()
+        sys.modules.pop("prefect.engine", None)  # run as __main__ below, as `python -m prefect.engine` would
         try:
             runpy.run_module("prefect.engine", run_name="__main__", alter_sys=False)
             code = 0

@@ -79,6 +79,8 @@ def jobs_table(path: Path) -> Table:
 
 def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
     """Per job: its mape-k deployment (schedule paused?) and its last runs, from the Prefect API."""
+    from datetime import UTC, datetime
+
     from prefect import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
@@ -87,6 +89,7 @@ def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
         FlowFilterName,
         FlowRunFilter,
         FlowRunFilterDeploymentId,
+        FlowRunFilterExpectedStartTime,
     )
     from prefect.client.schemas.sorting import FlowRunSort
 
@@ -96,15 +99,15 @@ def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
             flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=jobs)))
         by_id = {d.id: d for d in deployments}
-        runs = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(any_=list(by_id))),
-            sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=min(200, 5 * max(1, len(by_id)))) if by_id else []
+        due = FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
+                            expected_start_time=FlowRunFilterExpectedStartTime(before_=datetime.now(UTC)))
+        runs = client.read_flow_runs(flow_run_filter=due, sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+                                     limit=min(200, 5 * max(1, len(by_id)))) if by_id else []
     for d in deployments:
         info[d.name] = {"deployment": str(d.id), "paused": d.paused, "last": None, "late_s": None}
-    now = time.time()
     for r in runs:
         d = by_id.get(r.deployment_id)
-        if d is None or r.expected_start_time is None or r.expected_start_time.timestamp() > now:
+        if d is None:
             continue
         entry = info[d.name]
         if entry["last"] is None:
@@ -229,7 +232,7 @@ def answer(proposal: str, decision: str, parallelism: int | None, operator: str,
             if state is not None and state.is_failed():
                 raise Refused(f"proposal {proposal} expired: its approval run {run.id} ended {name} "
                               f"({state.message}); nothing was done")
-            if state is not None and state.is_final():
+            if (state is not None and state.is_final()) or run.empirical_policy.resuming:
                 raise Refused(f"proposal {proposal} was already answered: its approval run {run.id} is {name}")
             raise Refused(f"the approval run of {proposal} is {name}, not waiting yet: try again in a few seconds")
     else:

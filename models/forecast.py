@@ -213,7 +213,7 @@ class Forecaster:
 
     @property
     def filtered_nobs(self) -> int:
-        """Observations the model's Kalman filter runs over each loop (the window length; 0 if no model)."""
+        """Steps the Kalman filter ran over in its last update: the new steps, not the window (0 if no model)."""
         return 0 if self._res is None else int(self._res.nobs)
 
     @property
@@ -254,7 +254,7 @@ class Forecaster:
         if not completed:
             return
         if self._params is not None:
-            self._refilter()
+            self._advance(completed)
         elif self._first_fit_due():
             try:
                 self.fit(now=self._last_t)
@@ -560,6 +560,16 @@ class Forecaster:
         self.previous_wape = None
         self._pending_model = None
         self._refilter()
+
+    def _advance(self, steps: list[float]) -> None:
+        """Carry the Kalman filter over the new steps only, from its last state: each loop costs the same
+        whatever the window holds; the window is re-filtered only when a model is installed or restored."""
+        if self._res is None or len(steps) >= self.window_steps:
+            self._refilter()
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._res = self._res.extend(np.asarray(steps, dtype=float) / self._scale)
 
     def _refilter(self) -> None:
         """Kalman filter with the fixed parameters over the bounded window: O(window), no refit."""

@@ -70,7 +70,7 @@ class Knowledge:
         return cls(
             job=job,
             capacity=CapacityModel(warmup_s=cfg.warmup_s),
-            forecaster=Forecaster(max_d=cfg.forecast_max_d),
+            forecaster=Forecaster(max_d=cfg.forecast_max_d, min_fit_steps=40),  # first fit after 20 min
             anomaly=AnomalyDetector(),
             downtime=DowntimeEstimates(out_s=cfg.downtime_out_s, in_s=cfg.downtime_in_s),
         )

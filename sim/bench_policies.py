@@ -13,7 +13,7 @@ import math
 import multiprocessing
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +322,7 @@ def run_benchmark(
     from models import policies as registry
     from sim.bench_plot import plot_workload
     from sim.report import SLO_S
+    from sim.simulator import SimConfig
 
     unknown = [p for p in policies if p not in registry.names()]
     if unknown:
@@ -337,6 +338,7 @@ def run_benchmark(
         "settings": {
             "max_scaleout": max_scaleout, "peak_utilization": peak_utilization, "seeds": list(seeds),
             "policies": list(policies), "slo_s": SLO_S, "decision_interval_s": 60,
+            "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": str(w.path), "group": w.group, "hours": w.hours} for w in workloads},
         },
         "results": {w.name: table[w.name] for w in workloads},

@@ -35,6 +35,7 @@ class RunResult:
     true_capacities: np.ndarray
     lower_bound: np.ndarray  # per second
     rescales: int = 0
+    retrains: int = 0
     loop_ms: list[tuple[float, float]] = field(default_factory=list)  # (elapsed s, ms)
     capacity_error_pct: list[float] = field(default_factory=list)
     forecast_wape: list[float] = field(default_factory=list)
@@ -71,8 +72,13 @@ def run(
     orchestrated: bool = False,
     store_url: str | None = None,
     on_loop: Callable[[int, int], None] | None = None,
+    retrain_every_s: float | None = 3600.0,
 ) -> RunResult:
-    """Simulate the whole workload; `on_loop(done, total)` reports progress."""
+    """Simulate the whole workload; `on_loop(done, total)` reports progress.
+
+    The background retraining of a deployment (WAPE-triggered, and the periodic fleet retraining every
+    `retrain_every_s`) is emulated between loops, outside the loop's measured cost.
+    """
     sim_config = sim_config or SimConfig()
     cfg = loop_config or LoopConfig(max_parallelism=sim_config.max_scaleout,
                                     checkpoint_interval_s=sim_config.checkpoint_interval_s)
@@ -95,6 +101,8 @@ def run(
                 elapsed = n * step + step
                 if isinstance(policy, str) and policy == "daedalus":
                     _daedalus_loop(result, sim, target, knowledge, orchestrated, store, elapsed)
+                    if not orchestrated:
+                        _retrain_in_background(result, knowledge, sim.now, elapsed, retrain_every_s)
                 else:
                     _policy_loop(result, sim, target, policy, elapsed)
                 if on_loop is not None:
@@ -136,6 +144,18 @@ def _daedalus_loop(result: RunResult, sim: Simulator, target: targets.Target, kn
         result.capacity_error_pct.append(err)
     if wape is not None and math.isfinite(wape):
         result.forecast_wape.append(wape)
+
+
+def _retrain_in_background(result: RunResult, knowledge: Knowledge, now: float, elapsed: float,
+                           every_s: float | None) -> None:
+    f = knowledge.forecaster
+    periodic = every_s is not None and f.fitted and elapsed % every_s == 0
+    if f.retrain_needed or periodic:
+        try:
+            f.retrain(now)
+            result.retrains += 1
+        except ValueError:  # too little data in the window: the loop keeps its model
+            pass
 
 
 def _policy_loop(result: RunResult, sim: Simulator, target: targets.Target, policy: str | Policy,

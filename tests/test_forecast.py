@@ -273,9 +273,10 @@ def test_sine_trace_accuracy_and_bounded_state(sine) -> None:
         }
 
     assert sizes(states[1][0])["window"] == 120  # 1 h of 30 s steps: the window is still filling
-    assert states[1][1] == 120
+    for h in (1, 2, 3, 6):  # each loop filters only its new 30 s steps, however full the window is
+        assert states[h][1] <= 2
     for h in (2, 3, 6):
-        assert sizes(states[h][0])["window"] == 240 and states[h][1] == 240  # filter runs over the window
+        assert sizes(states[h][0])["window"] == 240
     assert (
         sizes(states[5][0])
         == sizes(states[6][0])
@@ -308,7 +309,7 @@ def test_traffic_monitoring_trace_accuracy() -> None:
     # Measured ≈ 0.015 median, 0.048 p90.
     assert median < 0.05
     assert p90 < 0.15
-    assert fc.filtered_nobs == 240
+    assert fc.filtered_nobs <= 2  # each loop filters only its new 30 s steps
 
 
 def test_forecast_quality_does_not_depend_on_the_workload_scale():

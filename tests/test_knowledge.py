@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,12 +59,12 @@ def test_store_versions_prune_and_fall_back(tmp_path):
         assert store.save(k) == n + 1
     assert store.versions("j") == [3, 4, 5]
     newest = store.path("j", 5)
-    data = open(newest, "rb").read()
-    open(newest, "wb").write(data[: len(data) // 2])  # half-written
+    data = Path(newest).read_bytes()
+    Path(newest).write_bytes(data[: len(data) // 2])  # half-written
     loaded = store.load("j")
     assert loaded.version == 4 and loaded.knowledge.loops == 3
     assert "truncated" in loaded.warnings[0]
-    open(store.path("j", 4), "wb").write(data.replace(b'"loops":4', b'"loops":7'))  # bit rot
+    Path(store.path("j", 4)).write_bytes(data.replace(b'"loops":4', b'"loops":7'))  # bit rot
     loaded = store.load("j")
     assert loaded.version == 3 and "checksum mismatch" in loaded.warnings[1]
     assert not [p for p in (tmp_path / "k" / "j").iterdir() if p.name.startswith(".tmp")]

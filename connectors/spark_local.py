@@ -1,0 +1,71 @@
+"""Execute on a local Spark Structured Streaming job (scale target kind `spark-local`).
+
+The job (connectors/spark_stream.py) runs in its own process; this scaler talks to it through two small
+files in its working folder: it writes `control.json` (wanted parallelism and decision id) and reads
+`state.json` (running parallelism, last applied decision). The job rescales by stopping its query and
+starting it again from its checkpoint with the new parallelism.
+
+Exactly once: a decision already in `state.json` is not applied again; the control file names its decision,
+so the job applies each decision once even if the file is written twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from connectors.spark_stream import read_json, write_json
+from models.errors import ConfigurationError, ConnectorError
+
+
+class SparkLocalScaler:
+    """Scaler for a local streaming job started with `python -m connectors.spark_stream WORKDIR ...`."""
+
+    def __init__(self, workdir: str | Path, ready_timeout_s: float = 120.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.workdir = Path(workdir)
+        self.ready_timeout_s = ready_timeout_s
+        self._sleep = sleep
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SparkLocalScaler:
+        path = spec.scale_target.path
+        if not path:
+            raise ConfigurationError(f"job {spec.name!r}: field scale_target.path: a spark-local target needs the "
+                                     "job's working folder (where `python -m connectors.spark_stream` runs)")
+        return cls(path, spec.scale_target.ready_timeout)
+
+    def _state(self) -> dict[str, Any]:
+        state = read_json(self.workdir / "state.json")
+        if state is None:
+            raise ConnectorError(f"spark-local job in {self.workdir}: no readable state.json; is it running? "
+                                 f"(python -m connectors.spark_stream {self.workdir} ...)")
+        return state
+
+    def current(self, job: str) -> int:
+        return int(self._state()["parallelism"])
+
+    def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
+        state = self._state()
+        before, cores = int(state["parallelism"]), int(state["cores"])
+        where = f"local Spark query of {job} ({self.workdir})"
+        if state.get("decision") == decision_id:
+            return f"{where}: decision {decision_id} already applied (parallelism {before}): not applying it twice"
+        if not 1 <= target <= cores:
+            raise ConnectorError(f"{where}: parallelism {target} is outside 1..{cores} (the job runs on "
+                                 f"local[{cores}])")
+        if dry_run:
+            return f"dry run: would restart the {where} from its checkpoint with parallelism {before} → {target}"
+        write_json(self.workdir / "control.json", {"parallelism": target, "decision": decision_id})
+        started, pause = time.monotonic(), 0.2
+        while time.monotonic() - started < self.ready_timeout_s:
+            self._sleep(pause)
+            pause = min(2 * pause, 2.0)
+            state = self._state()
+            if state.get("decision") == decision_id and state.get("running"):
+                return (f"restarted the {where} from its checkpoint with parallelism {before} → {target} "
+                        f"(decision {decision_id}); running after {time.monotonic() - started:.1f} s")
+        return (f"asked the {where} to restart with parallelism {before} → {target} (decision {decision_id}); "
+                f"not running again within {self.ready_timeout_s:g} s")
