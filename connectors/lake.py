@@ -32,6 +32,7 @@ import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from connectors.store import check_job_name
@@ -182,18 +183,24 @@ class Lake:
         if table.num_rows == 0:
             return []
         table = table.cast(SCHEMA)
-        frame = table.to_pandas(types_mapper=None)
-        epoch = table.column("timestamp").cast(pa.int64()).to_numpy() / 1e6
-        frame["_epoch"] = epoch
-        frame["_date"] = pd.to_datetime(epoch, unit="s", utc=True).strftime("%Y-%m-%d")
+        epoch = table.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
+        dates = np.array([_date(t) for t in (epoch.min(), epoch.max())])
+        jobs = pc.unique(table.column("job")).to_pylist()
+        if len(jobs) == 1 and dates[0] == dates[1]:  # the usual case, one loop of one job: no grouping
+            groups = [((jobs[0], dates[0]), np.arange(table.num_rows), epoch)]
+        else:
+            frame = pd.DataFrame({"job": table.column("job").to_numpy(zero_copy_only=False), "epoch": epoch})
+            frame["date"] = pd.to_datetime(epoch, unit="s", utc=True).strftime("%Y-%m-%d")
+            groups = [(key, rows.index.to_numpy(), rows["epoch"].to_numpy())
+                      for key, rows in frame.groupby(["job", "date"], sort=True)]
         staged: list[tuple[str, str]] = []
         try:
-            for (job, date), rows in frame.groupby(["job", "_date"], sort=True):
+            for (job, date), index, stamps in groups:
                 directory = self._partition(str(job), str(date))
                 self.fs.makedirs(directory, exist_ok=True)
-                name = _part_name(rows["_epoch"].min(), rows["_epoch"].max())
+                name = _part_name(stamps.min(), stamps.max())
                 tmp = f"{directory}/.tmp-{name}.parquet"
-                part = table.take(pa.array(rows.index.to_numpy())).drop_columns(["job"])
+                part = table.take(pa.array(index)).drop_columns(["job"])
                 with self.fs.open(tmp, "wb") as f:
                     pq.write_table(part, f, compression="snappy")
                 staged.append((tmp, f"{directory}/{name}.parquet"))

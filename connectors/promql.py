@@ -64,19 +64,22 @@ KAFKA_STREAMS = {
     "resets": f"(sum(resets({_KS_PROCESS}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
 
-# Spark Structured Streaming: the query's progress (input and processed rows per second, offsets behind
-# latest) from the driver; executor CPU from each executor's JVM. Spark reports throughput per query,
-# not per executor: it is split evenly over the executors that report CPU.
+# Spark Structured Streaming: the query's progress from the driver (rows read, as a counter summing each batch's
+# `numInputRows`: Spark's per-batch rows-per-second figures are not rates per wall-clock second; rows behind
+# the latest offsets) and each executor's JVM CPU. Spark reports throughput per query, not per executor: it
+# is split evenly over the executors that report CPU. Workload: the Kafka broker's messages in, as above.
 _SPARK_CPU = "java_lang_operatingsystem_processcpuload{${selector}}"
+_SPARK_READ = "spark_streaming_input_rows_total{${selector}}"
 SPARK = {
-    "workload": "sum(spark_streaming_input_rows_per_second{${selector}})",
+    "workload": BROKER["workload"],
     "throughput": f"max by (pod) ({_SPARK_CPU}) * 0 + on() group_left() "
-    "(sum(spark_streaming_processed_rows_per_second{${selector}}) / count(" + _SPARK_CPU + "))",
+    f"(sum(rate({_SPARK_READ}[${{window}}])) / count({_SPARK_CPU}))",
     "cpu": f"max by (pod) ({_SPARK_CPU})",
     "fresh": f"sum by (pod) (count_over_time({_SPARK_CPU}[${{stale}}]))",
     "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
     "parallelism": f"count(max by (pod) ({_SPARK_CPU}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
+    "resets": f"(sum(resets({_SPARK_READ}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
 
 ENGINES: dict[str, dict[str, str]] = {"flink": FLINK, "kafka-streams": KAFKA_STREAMS, "spark": SPARK}

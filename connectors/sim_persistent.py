@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from connectors.store import check_job_name
-from deployments.jobs import JobSpec
+from deployments.jobs import JobSpec, SimSettings
 from models.errors import ConfigurationError, ConnectorError
 from models.types import Observation
 from sim.scenario import scenario
@@ -58,19 +58,21 @@ def local_root(store_url: str) -> Path:
     return Path(url)
 
 
+def settings(spec: JobSpec) -> SimSettings:
+    """The job's `sim:` section, or its defaults."""
+    return spec.sim or SimSettings()
+
+
 def base_workload(spec: JobSpec) -> np.ndarray:
     """One cycle of the job's workload at 1 s, before rescaling: repeats forever."""
-    assert spec.sim is not None
-    if spec.sim.workload == "sine":
-        return sine_workload(hours=SINE_PERIOD_S / 3600)
-    return load_workload(spec.sim.workload)
+    workload = settings(spec).workload
+    return sine_workload(hours=SINE_PERIOD_S / 3600) if workload == "sine" else load_workload(workload)
 
 
 def fingerprint(spec: JobSpec) -> tuple:
     """What the simulated job is made of: a change in the jobs file starts a new simulated job."""
-    assert spec.sim is not None
-    return (spec.sim.workload, spec.sim.peak_utilization, spec.sim.seed, spec.parallelism.max, spec.partitions,
-            spec.checkpoint_interval)
+    s = settings(spec)
+    return (s.workload, s.peak_utilization, s.seed, spec.parallelism.max, spec.partitions, spec.checkpoint_interval)
 
 
 def trimmed(sim: Simulator, keep_s: int, extra: np.ndarray) -> Simulator:
@@ -113,9 +115,8 @@ class PersistentSimulatedJob:
     """MetricsSource, Scaler and Clock over a simulated job persisted in the store."""
 
     def __init__(self, spec: JobSpec, root: Path, wall_clock=time.time) -> None:
-        if spec.sim is None:
-            raise ConfigurationError(f"job {spec.name!r}: engine 'sim' needs a `sim:` section")
         self.spec = spec
+        self.settings = settings(spec)
         self.dir = root / check_job_name(spec.name)
         self.path = self.dir / "sim.pickle"
         self.wall_clock = wall_clock
@@ -181,9 +182,8 @@ class PersistentSimulatedJob:
     def cycle(self) -> np.ndarray:
         """The rescaled workload cycle (tuples/s)."""
         if self._cycle is None:
-            assert self.spec.sim is not None
             _, _, self._cycle = scenario(base_workload(self.spec), self.spec.parallelism.max,
-                                         self.spec.sim.peak_utilization, self.spec.sim.seed,
+                                         self.settings.peak_utilization, self.settings.seed,
                                          **self._overrides())
         return self._cycle
 
@@ -200,17 +200,15 @@ class PersistentSimulatedJob:
         return cycle[idx]
 
     def _new(self, wall: float) -> SimState:
-        assert self.spec.sim is not None
-        sim_config, _, _ = scenario(np.ones(1), self.spec.parallelism.max, self.spec.sim.peak_utilization,
-                                    self.spec.sim.seed, start=math.floor(wall) - WARM_S, **self._overrides())
+        sim_config, _, _ = scenario(np.ones(1), self.spec.parallelism.max, self.settings.peak_utilization,
+                                    self.settings.seed, start=math.floor(wall) - WARM_S, **self._overrides())
         state = SimState(FORMAT, fingerprint(self.spec), None, wall, 0.0, 0)  # type: ignore[arg-type]
-        state.sim = Simulator(self._take(state, WARM_S), sim_config, seed=self.spec.sim.seed, job=self.spec.name)
+        state.sim = Simulator(self._take(state, WARM_S), sim_config, seed=self.settings.seed, job=self.spec.name)
         state.sim.advance(WARM_S)
         return state
 
     def _catch_up(self, state: SimState, wall: float) -> None:
-        assert self.spec.sim is not None
-        elapsed = max(0.0, wall - state.wall) * self.spec.sim.speedup + state.carry
+        elapsed = max(0.0, wall - state.wall) * self.settings.speedup + state.carry
         steps = min(math.floor(elapsed), MAX_CATCH_UP_S)
         state.carry = elapsed - math.floor(elapsed) if steps < MAX_CATCH_UP_S else 0.0
         state.wall = wall
@@ -246,12 +244,12 @@ class PersistentSimulatedJob:
 
 def peek_now(spec: JobSpec, store_url: str, wall_now: float | None = None) -> float:
     """The simulated job's clock at `wall_now`, read without advancing or saving the simulated job."""
-    assert spec.sim is not None
     path = local_root(store_url) / check_job_name(spec.name) / "sim.pickle"
     try:
         with open(path, "rb") as f:
             state: SimState = pickle.load(f)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
         raise ConnectorError(f"{path}: cannot read the simulated job's clock ({exc})") from exc
-    elapsed = max(0.0, (time.time() if wall_now is None else wall_now) - state.wall) * spec.sim.speedup + state.carry
+    elapsed = max(0.0, (time.time() if wall_now is None else wall_now) - state.wall) * settings(spec).speedup
+    elapsed += state.carry
     return state.sim.now + min(math.floor(elapsed), MAX_CATCH_UP_S)

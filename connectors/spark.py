@@ -89,6 +89,11 @@ class SparkSettings:
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true",
+            # One BLAS thread per Python worker: a task is one core, and auto-ARIMA on small matrices runs
+            # several times slower when BLAS threads fight over the cores.
+            "spark.executorEnv.OMP_NUM_THREADS": "1",
+            "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+            "spark.executorEnv.MKL_NUM_THREADS": "1",
             "spark.ui.enabled": str(self.ui).lower(),
             "spark.ui.showConsoleProgress": "false",
             # job=123 stays the string "123"; a file compacted away between listing and reading is skipped.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import inspect
 import os
 import zlib
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import yaml
+from prefect.schedules import Interval, Schedule
 
 from deployments.jobs import JobsFile, JobSpec
 from models.errors import ConfigurationError
@@ -35,9 +37,6 @@ FLEET_INTERVAL_S = 300
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 COLLISION = "CANCEL_NEW"
 TAG = "daedalus"
-# Background and pipeline flows come from their own modules when those are installed; each exposes the
-# deployments it needs (name, flow, schedule or triggers) through the function named here.
-EXTRA_SOURCES = (("flows.background", "triggers"), ("flows.pipeline", "schedules"))
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,7 @@ class Planned:
     parameters: dict[str, Any]
     tags: tuple[str, ...]
     description: str
-    interval_s: float | None = None
-    anchor: datetime | None = None
-    cron: str | None = None
+    schedules: tuple[Schedule, ...] = ()
     concurrency: int | None = None
     triggers: tuple[Any, ...] = ()
     version: str = ""
@@ -96,17 +93,18 @@ def select_jobs(jobs: JobsFile, only: Sequence[str]) -> list[JobSpec]:
     return [j for j in jobs.jobs if not only or j.name in only]
 
 
-def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, interval_s: float = LOOP_INTERVAL_S,
-                    job_variables: dict[str, Any] | None = None) -> Planned:
+def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
+                    interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
     from flows.mape_k import mape_k
 
     return Planned(
         flow=mape_k, name=spec.name,
-        parameters={"job": spec.name, "store_url": store_url, "jobs_file": jobs_file},
+        parameters={"job": spec.name, "store_url": store_url, "jobs_file": jobs_file, "lake_url": lake_url},
         tags=(TAG, f"job:{spec.name}", f"engine:{spec.engine}", f"mode:{spec.mode}"),
         description=f"Daedalus control loop of {spec.name} ({spec.engine}, {spec.mode}, parallelism "
                     f"{spec.parallelism.min}–{spec.parallelism.max}), every {interval_s:.0f} s.",
-        interval_s=interval_s, anchor=anchor_for(spec.name), concurrency=1, version=spec_version(spec),
+        schedules=(Interval(timedelta(seconds=interval_s), anchor_date=anchor_for(spec.name)),), concurrency=1,
+        version=spec_version(spec),
         job_variables=dict(job_variables or {}),
     )
 
@@ -127,44 +125,71 @@ def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str
         Planned(flow=fleet_overview, name="fleet-overview", parameters={"jobs_file": jobs_file,
                                                                         "store_url": store_url},
                 tags=(TAG, "dashboard"), description="Every job: scale-out, mode, last action, health.",
-                interval_s=FLEET_INTERVAL_S, anchor=ANCHOR, concurrency=1, job_variables=jv),
+                schedules=(Interval(timedelta(seconds=FLEET_INTERVAL_S), anchor_date=ANCHOR),), concurrency=1,
+                job_variables=jv),
     ]
 
 
-def extra_deployments(store_url: str, jobs_file: str, job_variables: dict[str, Any] | None = None
-                      ) -> tuple[list[Planned], list[str]]:
-    """Deployments the background and pipeline modules declare, and a note for each module not installed."""
+def _flows_of(module: Any) -> dict[str, Any]:
+    from prefect import Flow
+
+    return {f.name: f for f in vars(module).values() if isinstance(f, Flow)}
+
+
+def _accepted(flow: Any, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the flow's signature takes."""
+    names = inspect.signature(flow.fn).parameters
+    return {k: v for k, v in parameters.items() if k in names and v is not None}
+
+
+def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
+                      job_variables: dict[str, Any] | None = None) -> tuple[list[Planned], list[str]]:
+    """The event-triggered background flows (flows/background.py `triggers()`) and the periodic pipeline flows
+    (flows/pipeline.py `schedules()`), and a note for a module that is not installed."""
     planned: list[Planned] = []
     notes: list[str] = []
-    for module_name, function in EXTRA_SOURCES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            notes.append(f"{module_name} is not installed: its flows are not deployed")
-            continue
-        for d in getattr(module, function)(store_url=store_url, jobs_file=jobs_file):
-            planned.append(Planned(
-                flow=d["flow"], name=d.get("name", d["flow"].name), parameters=d.get("parameters", {}),
-                tags=(TAG, *d.get("tags", ())), description=d.get("description", d["flow"].description or ""),
-                interval_s=d.get("interval_s"), cron=d.get("cron"), anchor=ANCHOR if d.get("interval_s") else None,
-                concurrency=d.get("concurrency"), triggers=tuple(d.get("triggers", ())),
-                job_variables=dict(job_variables or {})))
+    where = {"store_url": store_url, "jobs_file": jobs_file, "lake_url": lake_url}
+    jv = dict(job_variables or {})
+    try:
+        background = importlib.import_module("flows.background")
+        flows = _flows_of(background)
+        for name, triggers in background.triggers(lake_url=lake_url).items():
+            planned.append(Planned(flow=flows[name], name=name, parameters={}, tags=(TAG, "background"),
+                                   description=flows[name].description or "", triggers=tuple(triggers),
+                                   job_variables=jv))
+    except ModuleNotFoundError as exc:
+        if exc.name != "flows.background":
+            raise
+        notes.append("flows.background is not installed: recovery-monitor and retrain-forecaster are not deployed")
+    try:
+        pipeline = importlib.import_module("flows.pipeline")
+        flows = _flows_of(pipeline)
+        for name, schedules in pipeline.schedules().items():
+            planned.append(Planned(flow=flows[name], name=name, parameters=_accepted(flows[name], where),
+                                   tags=(TAG, "pipeline"), description=flows[name].description or "",
+                                   schedules=tuple(schedules), concurrency=1, job_variables=jv))
+    except ModuleNotFoundError as exc:
+        if exc.name != "flows.pipeline":
+            raise
+        notes.append("flows.pipeline is not installed: the periodic Spark flows are not deployed")
     return planned, notes
 
 
-def plan_deployments(jobs: JobsFile, store_url: str, only: Sequence[str] = (), interval_s: float = LOOP_INTERVAL_S,
-                     job_variables: dict[str, Any] | None = None, with_fleet_flows: bool = True
-                     ) -> tuple[list[Planned], list[str]]:
-    """Everything to deploy for this jobs file; raises before anything is applied when a job is missing."""
+def plan_deployments(jobs: JobsFile, store_url: str, only: Sequence[str] = (), lake_url: str | None = None,
+                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None,
+                     with_fleet_flows: bool = True) -> tuple[list[Planned], list[str]]:
+    """Everything to deploy for this jobs file; raises before anything is applied when a job is missing.
+
+    With a `lake_url`, every loop appends its observations to the metric-history lake the pipeline reads.
+    """
     specs = select_jobs(jobs, only)
     store, jobs_file = absolute(store_url), absolute(jobs.path)
-    planned = [loop_deployment(s, store, jobs_file, interval_s, job_variables) for s in specs]
+    lake = None if lake_url is None else absolute(lake_url)
+    planned = [loop_deployment(s, store, jobs_file, lake, interval_s, job_variables) for s in specs]
     notes: list[str] = []
     if with_fleet_flows:
         planned += operator_deployments(store, jobs_file, job_variables)
-        extra, notes = extra_deployments(store, jobs_file, job_variables)
+        extra, notes = extra_deployments(store, jobs_file, lake, job_variables)
         planned += extra
     return planned, notes
 
@@ -191,19 +216,13 @@ async def ensure_pool(client: Any, pool: str, create: bool) -> str:
 
 async def _apply_one(p: Planned, pool: str) -> Any:
     from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy, VersionInfo
-    from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
     from prefect.deployments.runner import EntrypointType
 
-    schedules = None
-    if p.interval_s is not None:
-        schedules = [IntervalSchedule(interval=timedelta(seconds=p.interval_s), anchor_date=p.anchor or ANCHOR)]
-    elif p.cron is not None:
-        schedules = [CronSchedule(cron=p.cron, timezone="UTC")]
     limit = None if p.concurrency is None else ConcurrencyLimitConfig(
         limit=p.concurrency, collision_strategy=ConcurrencyLimitStrategy(COLLISION))
     deployment = await p.flow.ato_deployment(
         name=p.name, parameters=p.parameters, tags=list(p.tags), description=p.description,
-        schedules=schedules, concurrency_limit=limit, triggers=list(p.triggers) or None,
+        schedules=list(p.schedules) or None, concurrency_limit=limit, triggers=list(p.triggers) or None,
         entrypoint_type=EntrypointType.MODULE_PATH, work_pool_name=pool, job_variables=p.job_variables or None,
         version=p.version or None)
     return await deployment.aapply(work_pool_name=pool,
@@ -258,6 +277,15 @@ async def prune_deployments(keep: Sequence[str]) -> list[str]:
 # --- prefect.yaml ---------------------------------------------------------------------------------------
 
 
+def schedule_yaml(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as prefect.yaml writes it."""
+    if schedule.interval is not None:
+        return {"interval": schedule.interval.total_seconds(), "anchor_date": schedule.anchor_date.isoformat()}
+    if schedule.cron is not None:
+        return {"cron": schedule.cron, "timezone": schedule.timezone or "UTC"}
+    return {"rrule": schedule.rrule, "timezone": schedule.timezone or "UTC"}
+
+
 class _AnchoredDumper(yaml.SafeDumper):
     """Names the anchors of shared parts (`&work_pool`, `&one_run_at_a_time`) instead of `&id001`."""
 
@@ -288,10 +316,8 @@ def prefect_yaml(planned: Sequence[Planned], pool: str = DEFAULT_POOL) -> str:
                              "work_pool": work_pool}
         if p.version:
             d["version"] = p.version
-        if p.interval_s is not None:
-            d["schedules"] = [{"interval": p.interval_s, "anchor_date": (p.anchor or ANCHOR).isoformat()}]
-        elif p.cron is not None:
-            d["schedules"] = [{"cron": p.cron, "timezone": "UTC"}]
+        if p.schedules:
+            d["schedules"] = [schedule_yaml(sc) for sc in p.schedules]
         if p.concurrency is not None:
             d["concurrency_limit"] = concurrency if p.concurrency == 1 else {"limit": p.concurrency,
                                                                             "collision_strategy": COLLISION}

@@ -61,12 +61,14 @@ class LocalPrefect:
         return {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.api_url,
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
-    def start_worker(self, pool: str, prefork: bool = False, name: str = "worker") -> subprocess.Popen:
+    def start_worker(self, pool: str, prefork: bool = False, name: str = "worker",
+                     env: dict[str, str] | None = None) -> subprocess.Popen:
         """A process worker for `pool` (through `daedalus worker` when `prefork`), logging next to the server's."""
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         cmd = ([str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", pool] if prefork else
                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
-        proc = subprocess.Popen(cmd, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env={**self.env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         self.workers.append(proc)
         return proc
 

@@ -108,7 +108,7 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
     os.environ.update({"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(server.home)})
     try:
         path = bench_jobs_file(root / "jobs.yaml", jobs, 1.0)
-        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork)
+        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork, str(root / "lake"))
         console.print(f"Deployed {jobs} jobs in {deploy_s:.1f} s; starting one worker "
                       f"({'daedalus worker, preloaded' if prefork else 'prefect worker start'}) ...")
         worker = server.start_worker("bench", prefork=prefork)

@@ -30,6 +30,10 @@ PRELOAD = (
     "prefect.client.orchestration", "prefect.results", "prefect.runner.storage", "prefect._internal.metrics",
     "flows.mape_k", "flows.approval", "flows.dashboards", "deployments.targets", "connectors.sim_persistent",
     "pmdarima", "statsmodels.tsa.statespace.sarimax", "matplotlib.pyplot",
+    # imported lazily during a loop run (found by comparing sys.modules before and after one run)
+    "prefect.utilities.visualization", "fastapi", "starlette.applications", "anyio._backends._asyncio",
+    "opentelemetry.metrics", "opentelemetry._logs", "pydantic.color", "encodings.idna", "http.cookies",
+    "rich._emoji_codes", "fsspec.implementations.chained", "stringprep",
 )
 _HEADER = struct.Struct("!I")
 
@@ -109,7 +113,6 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setpgid(0, 0)
         for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)

@@ -129,7 +129,11 @@ class ApprovalRequest(BaseModel):
 
 def clock_rate(spec: JobSpec) -> float:
     """Job-clock seconds per wall-clock second (a simulated job may run faster than real time)."""
-    return spec.sim.speedup if spec.engine == "sim" and spec.sim is not None else 1.0
+    if spec.engine != "sim":
+        return 1.0
+    from connectors.sim_persistent import settings
+
+    return settings(spec).speedup
 
 
 def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec, wall_now: float) -> ApprovalRequest:
@@ -202,8 +206,12 @@ def job_now(spec: JobSpec, store_url: str) -> float:
     if spec.engine != "sim":
         return time.time()
     from connectors.sim_persistent import peek_now
+    from models.errors import ConnectorError
 
-    return peek_now(spec, store_url)
+    try:
+        return peek_now(spec, store_url)
+    except ConnectorError:  # not simulated yet: its clock starts at the wall clock
+        return time.time()
 
 
 def check_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | None, store_url: str) -> int | None:
@@ -241,7 +249,7 @@ def post_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | 
         body["parallelism"] = target
     else:
         body["reason"] = reason
-    msg = Inbox(store_url).post(spec.name, decision, body)
+    msg = Inbox(store_url).post(spec.name, decision, body, now=job_now(spec, store_url))
     return {"job": spec.name, "proposal": proposal, "decision": decision, "parallelism": body.get("parallelism"),
             "operator": operator, "message": msg.id}
 
@@ -331,5 +339,5 @@ def post_manual_scale(spec: JobSpec, parallelism: int, reason: str, operator: st
                       f"max {spec.parallelism.max} in the jobs file)")
     if not reason.strip():
         raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
-    return Inbox(store_url).post(spec.name, "scale", {"parallelism": parallelism, "reason": reason,
-                                                      "operator": operator}).id
+    body = {"parallelism": parallelism, "reason": reason, "operator": operator}
+    return Inbox(store_url).post(spec.name, "scale", body, now=job_now(spec, store_url)).id

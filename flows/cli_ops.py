@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from connectors.lake import DEFAULT_URL as DEFAULT_LAKE
 from connectors.store import DEFAULT_URL
 from models.errors import DaedalusError
 
@@ -278,14 +279,15 @@ def _progress() -> Progress:
 
 
 def deploy_jobs(jobs_file: Path, store_url: str, pool: str, only: list[str], prune: bool, create_pool: bool,
-                prefork: bool) -> tuple[dict[str, str], list[str], float]:
+                prefork: bool, lake_url: str | None) -> tuple[dict[str, str], list[str], float]:
     from deployments.deploy import apply_deployments, plan_deployments, prune_deployments
     from deployments.jobs import load_jobs
     from deployments.prefork import job_variables
 
     started = time.perf_counter()
     jobs = load_jobs(jobs_file)
-    planned, notes = plan_deployments(jobs, store_url, only, job_variables=job_variables() if prefork else None)
+    planned, notes = plan_deployments(jobs, store_url, only, lake_url,
+                                      job_variables=job_variables() if prefork else None)
     with _progress() as progress:
         bar = progress.add_task("deploying", total=len(planned))
         ids = asyncio.run(apply_deployments(planned, pool, create_pool=create_pool,
@@ -315,6 +317,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         pool: Annotated[str, typer.Option(help="Work pool (a process pool is created if missing)")] = "daedalus",
         job: Annotated[list[str] | None, typer.Option("--job", help="Deploy only these jobs (repeatable)")] = None,
         store: Store = DEFAULT_URL,
+        lake: Annotated[str, typer.Option(help="Metric-history lake the loops append to and the pipeline reads")
+                        ] = DEFAULT_LAKE,
+        no_lake: Annotated[bool, typer.Option("--no-lake", help="Loops keep no metric history")] = False,
         create_pool: Annotated[bool, typer.Option(help="Create a process pool when missing")] = True,
         prune: Annotated[bool, typer.Option(help="Delete mape-k deployments of jobs no longer in the file")] = False,
         prefork: Annotated[bool, typer.Option(help="Start runs through `daedalus worker`'s preloaded process "
@@ -330,13 +335,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 from deployments.jobs import load_jobs
                 from deployments.prefork import job_variables
 
-                planned, notes = plan_deployments(load_jobs(file), store, job or (),
+                planned, notes = plan_deployments(load_jobs(file), store, job or (), None if no_lake else lake,
                                                   job_variables=job_variables() if prefork else None)
                 prefect_yaml.write_text(render(planned, pool))
                 console.print(f"Wrote {prefect_yaml} ({len(planned)} deployments); apply it with "
                               f"`prefect --no-prompt deploy --all --prefect-file {prefect_yaml}`")
             else:
-                ids, notes, seconds = deploy_jobs(file, store, pool, job or [], prune, create_pool, prefork)
+                ids, notes, seconds = deploy_jobs(file, store, pool, job or [], prune, create_pool, prefork,
+                                                  None if no_lake else lake)
                 t = Table(title=f"{len(ids)} deployments applied in {seconds:.1f} s (work pool {pool})")
                 t.add_column("deployment")
                 t.add_column("id")
@@ -497,8 +503,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             try:
                 os.environ.update({"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(server.home)})
                 path = bench_jobs_file(Path(tmp) / "jobs.yaml", jobs, 1.0)
-                ids, _, first = deploy_jobs(path, f"{tmp}/store", "bench", [], False, True, True)
-                _, _, again = deploy_jobs(path, f"{tmp}/store", "bench", [], False, True, True)
+                ids, _, first = deploy_jobs(path, f"{tmp}/store", "bench", [], False, True, True, f"{tmp}/lake")
+                _, _, again = deploy_jobs(path, f"{tmp}/store", "bench", [], False, True, True, f"{tmp}/lake")
             finally:
                 server.stop()
         report = {"jobs": jobs, "deployments": len(ids), "first_deploy_s": round(first, 2),

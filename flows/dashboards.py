@@ -186,16 +186,18 @@ def actual_steps(knowledge: Knowledge) -> tuple[np.ndarray, np.ndarray]:
 
 
 def matched_wape(actual_t: np.ndarray, actual_y: np.ndarray, fc_t: np.ndarray, fc_y: np.ndarray) -> float | None:
-    """WAPE of the joined next-loop forecasts on the steps that have arrived."""
-    if not len(actual_t) or not len(fc_t):
+    """WAPE of the joined next-loop forecasts against the actual step that starts within half a step of each."""
+    ok = np.isfinite(actual_y)
+    at, ay = actual_t[ok], actual_y[ok]
+    if not len(at) or not len(fc_t):
         return None
-    index = {round(t): y for t, y in zip(actual_t, actual_y, strict=True) if math.isfinite(y)}
-    pairs = [(index[round(t)], y) for t, y in zip(fc_t, fc_y, strict=True) if round(t) in index]
-    if not pairs:
+    i = np.clip(np.searchsorted(at, fc_t), 1, len(at) - 1) if len(at) > 1 else np.zeros(len(fc_t), dtype=int)
+    nearest = np.where(np.abs(at[i - 1] - fc_t) <= np.abs(at[i] - fc_t), i - 1, i) if len(at) > 1 else i
+    close = np.abs(at[nearest] - fc_t) <= FORECAST_STEP_S / 2
+    if not close.any():
         return None
-    a, p = zip(*pairs, strict=True)
-    w = wape(np.asarray(a), np.asarray(p))
-    return None if not math.isfinite(w) else float(w)
+    w = wape(ay[nearest[close]], fc_y[close])
+    return float(w) if math.isfinite(w) else None
 
 
 def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], latest: Forecast

@@ -23,6 +23,7 @@ from models.knowledge import Knowledge
 from models.types import Analysis, Decision, Observation, ScalingAction
 from tasks.analyze import analyze
 from tasks.execute import execute
+from tasks.lake import record_history
 from tasks.monitor import monitor, observe_or_hold
 from tasks.plan import plan
 from tasks.publish import publish
@@ -147,7 +148,8 @@ def emit_loop_events(job: str, it: Iteration, knowledge: Knowledge, store_url: s
 
 
 @flow(name="mape-k", description="One Daedalus MAPE-K iteration for one streaming job.")
-def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None) -> dict[str, Any]:
+def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
+           lake_url: str | None = None) -> dict[str, Any]:
     target = resolve_target(job, store_url, jobs_file)
     store, inbox = KnowledgeStore(store_url), Inbox(store_url)
     knowledge, _ = load_knowledge(store, target)
@@ -155,6 +157,8 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None)
     spec = None if jobs_file is None else load_jobs(jobs_file).job(job)
     stop = stop_reason(store_url, spec, target.clock.now())
     it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop)
+    if lake_url:
+        record_history(lake_url, it.observation)  # logs a failure, never raises
     version = save_knowledge(store, knowledge)
     inbox.ack([path for path, _ in waiting])
     for note in it.notes:

@@ -48,6 +48,9 @@ __all__ = ["CapacityModel"]
 _MIN_VAR_X = 1e-10  # CPU variance (utilization², x in [0, 1]) below which a slope is not determined
 
 
+KEPT_WORKERS = 64  # regressions of workers no longer reporting that are kept (oldest dropped first)
+
+
 class CapacityModel:
     """Per-worker throughput-on-CPU regressions and the capacities they imply.
 
@@ -159,14 +162,24 @@ class CapacityModel:
                 last_report[worker] = int(np.flatnonzero(valid)[-1])
             use = valid & steady
             if use.any():
-                self._regressions.setdefault(worker, OnlineRegression()).update_many(x[use], y[use])
+                reg = self._regressions.pop(worker, None) or OnlineRegression()
+                reg.update_many(x[use], y[use])
+                self._regressions[worker] = reg  # re-inserted: the dict stays ordered by last update
             use[:start] = False
             if use.any():
                 self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
         self._workers = self._current_workers(obs, last_report, rescaled)
         self._parallelism = obs.parallelism
+        self._forget_gone_workers()
         if self.ready:
             self._observed[obs.parallelism] = self.capacity_current()
+
+    def _forget_gone_workers(self) -> None:
+        """Pods of a Deployment get new names at every restart: keep the regressions of the current workers and
+        of the `KEPT_WORKERS` most recently updated others, so the knowledge does not grow with the job's age."""
+        gone = [w for w in self._regressions if w not in self._workers]
+        for worker in gone[: max(0, len(gone) - KEPT_WORKERS)]:
+            del self._regressions[worker]
 
     def _current_workers(self, obs: Observation, last_report: dict[str, int], rescaled: bool) -> tuple[str, ...]:
         """The ``parallelism`` workers that reported most recently (a worker removed by a scale-in

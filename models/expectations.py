@@ -9,7 +9,8 @@ Expectations 1.x):
   one per worker), `parallelism`, total
   `throughput`, `workload`, `lag`, `missing_steps` since the job's previous second, and
   `supply_ratio` = total throughput / max(workload + lag drained, 1), where lag drained =
-  max(previous lag − lag, 0): a job cannot process more than arrived plus what it drained from its backlog.
+  max(previous lag − lag, 0): a job cannot process more than arrived plus what it drained from its backlog
+  (null, so not judged, where the workload, the lag or the previous second's lag is unknown).
 
 Each check is one Great Expectations expectation (named by its class and keyword arguments) with a stable
 name and a sentence for operators. Pure data: no Spark and no Great Expectations import here.

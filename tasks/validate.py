@@ -11,14 +11,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from connectors.inbox import Inbox
 from connectors.lake import Lake
 from connectors.spark import SparkSettings, by_job, read_lake, session
+from connectors.store import KnowledgeStore
 from models.expectations import (
     Check,
     CheckResult,
@@ -28,6 +31,7 @@ from models.expectations import (
     ValidationReport,
     checks,
 )
+from tasks.publish import artifact_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -61,9 +65,11 @@ def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
     by_job = Window.partitionBy("job").orderBy("timestamp")
     seconds = F.unix_micros(F.col("timestamp")) / 1e6
     missing = (seconds - F.lag(seconds).over(by_job)) / settings.step_s - 1
-    drained = F.greatest(F.lag("lag").over(by_job) - F.col("lag"), F.lit(0.0))
-    supply = F.greatest(F.col("workload") + drained, F.lit(1.0))
-    return steps.select("*", missing.alias("missing_steps"), (F.col("throughput") / supply).alias("supply_ratio"))
+    previous_lag = F.lag("lag").over(by_job)
+    drained = F.greatest(previous_lag - F.col("lag"), F.lit(0.0))
+    known = F.col("workload").isNotNull() & F.col("lag").isNotNull() & previous_lag.isNotNull()
+    ratio = F.when(known, F.col("throughput") / F.greatest(F.col("workload") + drained, F.lit(1.0)))
+    return steps.select("*", missing.alias("missing_steps"), ratio.alias("supply_ratio"))
 
 
 @functools.cache
@@ -210,3 +216,57 @@ def validate(lake: Lake, since: float, until: float, settings: SuiteSettings | N
 def validate_window(lake_url: str, since: float, until: float, settings: SuiteSettings | None = None,
                     spark_settings: SparkSettings | None = None, jobs: list[str] | None = None) -> ValidationReport:
     return validate(Lake(lake_url), since, until, settings, spark_settings, jobs)
+
+
+def _quarantined(store: KnowledgeStore, inbox: Inbox, job: str) -> bool:
+    """Quarantined now, or about to be (a quarantine message the loop has not applied yet)."""
+    waiting = [m.kind for _, m in inbox.pending(job) if m.kind in ("quarantine", "release")]
+    if waiting:
+        return waiting[-1] == "quarantine"
+    knowledge = store.load(job).knowledge
+    return knowledge is not None and knowledge.quarantine is not None
+
+
+@task(name="quarantine-or-release", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def quarantine_or_release(store_url: str, report: ValidationReport) -> dict[str, list[str]]:
+    """Quarantine every job that failed (its loop holds and says why); release a quarantined job that passed."""
+    store, inbox = KnowledgeStore(store_url), Inbox(store_url)
+    out: dict[str, list[str]] = {"quarantined": [], "released": []}
+    stamp = datetime.fromtimestamp(report.until, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    for job, verdict in report.jobs.items():
+        if not verdict.passed:
+            inbox.post(job, "quarantine", {"reason": f"metric validation of the window ending {stamp} failed: "
+                                                     f"{verdict.reason()}"})
+            out["quarantined"].append(job)
+        elif _quarantined(store, inbox, job):
+            inbox.post(job, "release", {})
+            out["released"].append(job)
+    return out
+
+
+def job_markdown(verdict: JobVerdict, report: ValidationReport) -> str:
+    window = " – ".join(datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+                        for t in (report.since, report.until))
+    lines = [f"# {verdict.job}: metric validation {'passed' if verdict.passed else 'FAILED'}", "",
+             f"- window {window}; {verdict.rows:,} rows"]
+    for failure in verdict.failures:
+        lines += ["", f"## {failure.check}: {failure.count:,} rows", f"Expected: {failure.meaning}.", ""]
+        if failure.examples:
+            columns = list(failure.examples[0])
+            lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(str(e.get(c)) for c in columns) + " |" for e in failure.examples]
+    return "\n".join(lines)
+
+
+@task(name="publish-validation", cache_policy=NO_CACHE)
+def publish(report: ValidationReport) -> None:
+    """A fleet table (one row per job) and, for each job that failed, its failures with example rows."""
+    table = [{"job": job, "passed": v.passed, "rows": v.rows,
+              "failed_checks": ", ".join(f"{f.check} ({f.count})" for f in v.failures)}
+             for job, v in report.jobs.items()]
+    create_table_artifact(key="validation-fleet", table=table,
+                          description=f"Metric validation: {len(report.failed_jobs)} of {len(report.jobs)} jobs failed")
+    for job in report.failed_jobs:
+        verdict = report.jobs[job]
+        create_markdown_artifact(key=artifact_key("validation", job), markdown=job_markdown(verdict, report),
+                                 description=f"Metric validation of {job}: {verdict.reason()}")

@@ -324,3 +324,21 @@ def test_misaligned_worker_series_are_rejected() -> None:
     obs = observation({"a": np.ones(5)}, {"a": np.ones(4)}, 1)
     with pytest.raises(ValueError, match="align"):
         CapacityModel().update(obs)
+
+
+def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
+    """Deployment pods get new names at every restart: the state must not grow with the job's age."""
+    from models.capacity import KEPT_WORKERS
+
+    model = CapacityModel(warmup_s=0.0)
+    x = np.linspace(0.2, 0.8, 30)
+    for generation in range(KEPT_WORKERS + 10):
+        obs = Observation(
+            job="j", timestamps=np.arange(30, dtype=float) + 30 * generation, workload=np.full(30, 2e4),
+            throughput={f"pod-{generation}": 1e4 * x}, cpu={f"pod-{generation}": x}, lag=np.zeros(30),
+            uptime_s=np.full(30, 100.0), parallelism=1,
+        )
+        model.update(obs)
+    kept = model.to_state()["regressions"]
+    assert len(kept) == KEPT_WORKERS + 1  # the current pod and the 64 most recent others
+    assert f"pod-{KEPT_WORKERS + 9}" in kept and "pod-0" not in kept

@@ -35,9 +35,13 @@ from sim.exporter import free_port, local_prometheus
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
 JOB = "spark-local"
-RATE = 2500  # rows/s: more than one task slot processes here, so the job is saturated at parallelism 1
-SECONDS = 100
-WORKLOAD = "sum(rate(kafka_server_brokertopicmetrics_messagesin_total{topic=${source.topic}}[5s]))"
+# 40 s at more rows/s than the job processes at parallelism 1 here (it falls behind), then 60 s calmer: at
+# parallelism 2 it works the backlog off, saturated, then keeps up.
+PROFILE = [8000] * 40 + [2500] * 60
+# Utilization per task slot: the share of time a micro-batch runs (1 exactly when saturated). The JVM's CPU per
+# slot stays well below 1 when the job saturates on a shared 2-core machine, and the capacity regression,
+# which extrapolates to utilization 1, would overestimate (measured and explained in docs/connectors.md).
+BUSY = "max by (pod) (spark_streaming_trigger_busy_ratio{${selector}})"
 
 
 def _wait_for(path, timeout: float) -> None:
@@ -50,19 +54,19 @@ def _wait_for(path, timeout: float) -> None:
 
 def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_rows(tmp_path):
     workdir = tmp_path / "clicks"
-    (tmp_path / "workload.txt").write_text("\n".join([str(RATE)] * SECONDS))
+    (tmp_path / "workload.txt").write_text("\n".join(map(str, PROFILE)))
     port = free_port()
     log = (tmp_path / "spark.log").open("w")
     job = subprocess.Popen([sys.executable, "-m", "connectors.spark_stream", str(workdir), "--workload",
                             str(tmp_path / "workload.txt"), "--metrics-port", str(port), "--parallelism", "1",
-                            "--cores", "2", "--rounds", "200", "--app", JOB], stdout=log, stderr=subprocess.STDOUT)
+                            "--cores", "2", "--rounds", "400", "--app", JOB], stdout=log, stderr=subprocess.STDOUT)
     loops = []
     try:
         with local_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"], "1s") as url:
             _wait_for(workdir / "state.json", 120)
             cfg = LoopConfig(min_parallelism=1, max_parallelism=2, warmup_s=5, loop_interval_s=10, grace_s=10,
                              recent_rescale_s=10, checkpoint_interval_s=1, mode="dry-run")
-            queries = QuerySet(JOB, "spark", {"app": JOB}, {"topic": workdir.name}, {"workload": WORKLOAD}, 4, 3)
+            queries = QuerySet(JOB, "spark", {"app": JOB}, {"topic": workdir.name}, {"cpu": BUSY}, 5, 3)
             scaler = SparkLocalScaler(workdir, ready_timeout_s=60)
             target = targets.Target(JOB, PrometheusSource(JOB, queries, url, step_s=1), scaler, WallClock(), cfg)
             knowledge = Knowledge.new(JOB, cfg)
@@ -95,10 +99,14 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
         obs, a = it.observation, it.analysis
         total = np.nansum(np.vstack([obs.throughput[w] for w in obs.workers]), axis=0) if obs.workers else []
         measured = float(np.mean(total)) if len(total) else math.nan
-        rows.append((a.scaleout, a.capacity(a.scaleout), measured, bool(a.holds)))
-    print("\nscale-out, capacity estimate, measured throughput, held:", *rows, sep="\n  ")
-    sound = [(n, c, m) for n, c, m, held in rows if not held and math.isfinite(c) and c > 0 and m > 0]
-    assert {n for n, _, _ in sound} == {1, 2}, rows
-    for n, c, m in sound:
-        # The job is saturated (RATE exceeds what it processes): the capacity is what it processes.
-        assert 0.7 * m <= c <= 1.6 * m, (n, c, m)
+        # Saturated: more than 3 s of input waiting at every step, so it processes as fast as it can.
+        behind = obs.lag.size > 0 and np.nanmin(obs.lag) > 3 * np.nanmean(obs.workload)
+        rows.append((a.scaleout, round(a.capacity(a.scaleout)), round(measured), bool(behind), a.holds))
+    print("\nscale-out, capacity estimate, measured throughput, saturated, holds:", *rows, sep="\n  ")
+    saturated = [(n, c, m) for n, c, m, behind, holds in rows if behind and not holds and c > 0]
+    assert {n for n, _, _ in saturated} >= {1}, rows
+    for n, c, m in saturated:
+        # Saturated, the job processes what it can: the estimate must be near that.
+        assert 0.6 * m <= c <= 1.8 * m, (n, c, m)
+    estimates = {n: c for n, c, _, _, holds in rows if not holds and c > 0}
+    assert estimates[2] > estimates[1]  # the estimates saw the second task slot

@@ -1,0 +1,126 @@
+"""The event-driven background flows: recovery monitoring after a rescale, and WAPE-triggered retraining.
+
+`triggers()` declares, per deployment, the Prefect event triggers that start them: the loop emits
+`daedalus.job.rescaled` after every executed rescale and `daedalus.forecast.poor` while its forecaster has been
+poor for 15 consecutive loops (flows/mape_k.py). Both flows only read the job's knowledge and post their result
+to the job's inbox; the loop applies it, so they never block or race the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+
+from connectors.inbox import Inbox
+from connectors.lake import Lake
+from connectors.store import DEFAULT_URL, KnowledgeStore
+from flows.mape_k import FORECAST_POOR, RESCALED, resolve_target
+from models.errors import ValidationError
+from tasks import recovery as recovery_tasks
+from tasks import retrain as retrain_tasks
+from tasks.publish import artifact_key
+
+
+def triggers(lake_url: str | None = None) -> dict[str, list[DeploymentEventTrigger]]:
+    """Deployment name → its event triggers; event payload fields become flow parameters (types kept)."""
+    job_events = {"prefect.resource.id": "daedalus.job.*"}
+    retrain_parameters = {"job": "{{ event.payload.job }}", "store_url": "{{ event.payload.store_url }}",
+                          "jobs_file": "{{ event.payload.jobs_file }}"}
+    if lake_url is not None:
+        retrain_parameters["lake_url"] = lake_url
+    return {
+        "recovery-monitor": [DeploymentEventTrigger(
+            name="after-every-rescale", expect={RESCALED}, match=job_events, posture="Reactive", threshold=1,
+            parameters={
+                "job": "{{ event.payload.job }}", "decision": "{{ event.payload.decision }}",
+                "rescale_time": "{{ event.payload.time }}", "from_scaleout": "{{ event.payload['from'] }}",
+                "to_scaleout": "{{ event.payload.to }}",
+                "predicted_recovery_s": "{{ event.payload.predicted_recovery_s }}",
+                "store_url": "{{ event.payload.store_url }}", "jobs_file": "{{ event.payload.jobs_file }}",
+            })],
+        "retrain-forecaster": [DeploymentEventTrigger(
+            name="forecast-poor", expect={FORECAST_POOR}, match=job_events, posture="Reactive", threshold=1,
+            parameters=retrain_parameters)],
+    }
+
+
+@flow(name="recovery-monitor", description="Follow workload − throughput after a rescale until the job has "
+      "recovered; record the observed recovery time and downtime.")
+def recovery_monitor(
+    job: str,
+    decision: str,
+    rescale_time: float,
+    from_scaleout: int | None = None,
+    to_scaleout: int | None = None,
+    predicted_recovery_s: float | None = None,
+    store_url: str = DEFAULT_URL,
+    jobs_file: str | None = None,
+    timeout_s: float = 1800.0,
+    poll_s: float = 15.0,
+) -> dict[str, Any]:
+    target = resolve_target(job, store_url, jobs_file)
+    knowledge = KnowledgeStore(store_url).load(job).knowledge
+    detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)
+    result = recovery_tasks.follow_task(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s,
+                                        poll_s)
+    direction = "a rescale" if from_scaleout is None or to_scaleout is None else (
+        f"{'scale-out' if to_scaleout > from_scaleout else 'scale-in'} {from_scaleout} → {to_scaleout}")
+    if result.recovered:
+        recovery_tasks.record(store_url, result)
+        get_run_logger().info("%s recovered from %s in %.0f s (predicted %s)", job, direction,
+                              result.observed_recovery_s, predicted_recovery_s)
+    else:
+        get_run_logger().warning("%s did not recover from %s within %.0f s", job, direction, timeout_s)
+    return recovery_tasks.publish(result, direction)
+
+
+@flow(name="retrain-forecaster", description="Retrain one job's forecaster in the background (its forecasts "
+      "were poor for 15 loops); the loop swaps the model in when it is ready.")
+def retrain_forecaster(
+    job: str,
+    store_url: str = DEFAULT_URL,
+    lake_url: str | None = None,
+    jobs_file: str | None = None,
+    history_s: float = retrain_tasks.HISTORY_S,
+    holdout_s: float = retrain_tasks.HOLDOUT_S,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """History from the lake when given, else from the job's metrics source; promotes only a better model."""
+    logger = get_run_logger()
+    inbox = Inbox(store_url)
+    if any(m.kind == "forecaster" for _, m in inbox.pending(job)):
+        logger.info("%s: a retrained forecaster is already waiting for the loop; nothing to do", job)
+        return {"job": job, "status": "already-pending"}
+    current = retrain_tasks.current_model(KnowledgeStore(store_url), job)
+    now = (time.time() if lake_url else resolve_target(job, store_url, jobs_file).clock.now()) if now is None else now
+    ts, workload = _history(job, store_url, lake_url, jobs_file, now - history_s, now)
+    step_s = float(current["config"]["step_s"]) if current else 30.0
+    ends, means = retrain_tasks.step_means(ts, workload, step_s)
+    outcome = retrain_tasks.backtest(job, ends, means, current, holdout_s)
+    if outcome.status == "promoted":
+        retrain_tasks.promote_task(store_url, [outcome])
+    retrain_tasks.publish([outcome], key=artifact_key("retrain", job))
+    logger.info("%s: %s (old WAPE %s, new WAPE %s)", job, outcome.status, outcome.old_wape, outcome.new_wape)
+    return outcome.row()
+
+
+def _history(job: str, store_url: str, lake_url: str | None, jobs_file: str | None, since: float,
+             until: float) -> tuple[Any, Any]:
+    """Per-second workload of one job; bad values never reach training (ValidationError names them)."""
+    import numpy as np
+
+    if lake_url:
+        frame = Lake(lake_url).read(job, since, until, columns=("timestamp", "workload"))
+        ts = frame["timestamp"].astype("int64").to_numpy() / 1e6 if len(frame) else np.array([])
+        workload = frame["workload"].to_numpy(dtype=float)
+    else:
+        obs = resolve_target(job, store_url, jobs_file).metrics.observe(job, since, until)
+        ts, workload = obs.timestamps, obs.workload
+    bad = ~np.isfinite(workload) | (workload < 0)
+    if bad.any():
+        raise ValidationError(f"job {job!r}: {int(bad.sum())} missing or negative workload values in the history "
+                              f"(first at {float(np.asarray(ts)[bad][0]):.0f}); validate the lake, nothing was trained")
+    return ts, workload

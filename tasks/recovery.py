@@ -1,0 +1,121 @@
+"""Follow a job after a rescale until it has recovered: workload − throughput watched by the anomaly detector.
+
+The detector's normal statistics come from the job's knowledge (learned by the loop in normal operation), or,
+for a job without them, from the window before the rescale. The downtime is the time from the rescale to the
+restart the metrics report (uptime since the last restart). Reads metrics only: the result goes to the job's
+inbox as a "recovered" message, and the loop applies it (the ledger's observed recovery time is set once,
+whichever of the loop and this flow notices the recovery first).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from connectors.inbox import Inbox
+from connectors.targets import Target
+from models.analyze import total_throughput
+from models.anomaly import AnomalyDetector, RecoveryTracker
+from models.errors import ValidationError
+from models.knowledge import Knowledge
+from tasks.publish import artifact_key
+
+BASELINE_S = 600.0  # window before the rescale to learn normal operation from, when the knowledge has none
+
+
+@dataclass(frozen=True)
+class Recovery:
+    job: str
+    decision: str
+    rescale_time: float
+    predicted_recovery_s: float | None
+    observed_recovery_s: float | None  # None: not recovered before the timeout
+    downtime_s: float | None
+    waited_s: float  # on the job's clock
+
+    @property
+    def recovered(self) -> bool:
+        return self.observed_recovery_s is not None
+
+
+def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: float) -> AnomalyDetector:
+    """The job's learned statistics of normal operation, else learned from the window before the rescale."""
+    if knowledge is not None and knowledge.anomaly.n >= 2:
+        return knowledge.anomaly
+    obs = target.metrics.observe(target.job, rescale_time - BASELINE_S, rescale_time)
+    steady = obs.uptime_s >= target.config.warmup_s
+    detector = AnomalyDetector()
+    detector.update_many((obs.workload - total_throughput(obs))[steady])
+    if detector.n < 2:
+        raise ValidationError(
+            f"job {target.job!r}: no normal operation to compare with (no anomaly statistics in its knowledge and "
+            f"fewer than two steady samples in the {BASELINE_S:.0f} s before the rescale)"
+        )
+    return detector
+
+
+def follow(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
+           detector: AnomalyDetector, timeout_s: float, poll_s: float,
+           sleep: Callable[[float], None] = time.sleep) -> Recovery:
+    """Poll the job's metrics from the rescale on until recovery, or until `timeout_s` passed (job clock or wall)."""
+    tracker = RecoveryTracker(rescale_time, detector)
+    since, restart = rescale_time - 1.0, None
+    started = time.monotonic()
+    while True:
+        now = target.clock.now()
+        obs = target.metrics.observe(target.job, since, now)
+        residual = obs.workload - total_throughput(obs)
+        for t, r, up in zip(obs.timestamps.tolist(), residual.tolist(), obs.uptime_s.tolist(), strict=True):
+            if restart is None and t > rescale_time and up > 0:
+                restart = t - up
+            tracker.update(t, r)
+            if tracker.recovered:
+                break
+        if obs.timestamps.size:
+            since = float(obs.timestamps[-1])
+        waited = now - rescale_time
+        if tracker.recovered or waited >= timeout_s or time.monotonic() - started >= timeout_s:
+            downtime = None if restart is None else max(restart - rescale_time, 0.0)
+            return Recovery(target.job, decision, rescale_time, predicted_recovery_s, tracker.observed_recovery_s,
+                            downtime, waited)
+        sleep(poll_s)
+
+
+@task(name="follow-recovery", cache_policy=NO_CACHE)
+def follow_task(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
+                detector: AnomalyDetector, timeout_s: float, poll_s: float) -> Recovery:
+    return follow(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s, poll_s)
+
+
+@task(name="record-recovery", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
+def record(store_url: str, recovery: Recovery) -> None:
+    """Post the observed recovery to the job's inbox; the loop records it in the ledger and learns the downtime."""
+    Inbox(store_url).post(recovery.job, "recovered", {
+        "decision": recovery.decision, "observed_recovery_s": recovery.observed_recovery_s,
+        "downtime_s": recovery.downtime_s})
+
+
+def recovery_markdown(r: Recovery, direction: str) -> str:
+    def s(x: float | None) -> str:
+        return "—" if x is None or not math.isfinite(x) else f"{x:.0f} s"
+
+    verdict = f"recovered in **{s(r.observed_recovery_s)}**" if r.recovered else \
+        f"**not recovered** within {s(r.waited_s)}"
+    error = "" if not (r.recovered and r.predicted_recovery_s is not None) else \
+        f" (observed − predicted: {r.observed_recovery_s - r.predicted_recovery_s:+.0f} s)"
+    return (f"# {r.job}: recovery after {direction}\n\n- decision `{r.decision}`: {verdict}{error}\n"
+            f"- predicted recovery time: {s(r.predicted_recovery_s)}\n- observed downtime: {s(r.downtime_s)}\n")
+
+
+@task(name="publish-recovery", cache_policy=NO_CACHE)
+def publish(r: Recovery, direction: str) -> dict[str, object]:
+    create_markdown_artifact(key=artifact_key("recovery", r.job), markdown=recovery_markdown(r, direction),
+                             description=f"Predicted against observed recovery time of {r.job}")
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in asdict(r).items()}

@@ -1,0 +1,54 @@
+"""Fixtures of the ops tests: jobs files of simulated jobs, and knowledge with a pending proposal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from connectors.store import KnowledgeStore
+from deployments.jobs import JobSpec, load_jobs
+from models.knowledge import Knowledge, Proposal
+from models.types import LedgerEntry
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def write_jobs(path: Path, jobs: list[dict], defaults: dict | None = None) -> Path:
+    base = {"engine": "sim", "scale_target": {"kind": "sim", "name": "sim"}, "parallelism": {"min": 2, "max": 10}}
+    path.write_text(yaml.safe_dump({"defaults": {**base, **(defaults or {})}, "jobs": jobs}, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def jobs_file(tmp_path: Path) -> Path:
+    """Two simulated jobs: one automatic, one waiting for approvals, with a blackout window."""
+    return write_jobs(tmp_path / "jobs.yaml", [
+        {"name": "wordcount"},
+        {"name": "ads", "mode": "approve", "approval_timeout": "10m",
+         "blackout": [{"start": "09:00", "end": "17:00"}]},
+    ])
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+def with_proposal(spec: JobSpec, store_url: str, current: int = 4, target: int = 6, created: float = T0,
+                  ttl: float = 600.0) -> Knowledge:
+    """Stored knowledge of `spec` with a pending proposal `<job>-<created>`, as the loop records it."""
+    k = Knowledge.new(spec.name, spec.loop_config())
+    pid = f"{spec.name}-{int(created)}"
+    k.record(LedgerEntry(id=pid, time=created, current=current, target=target, kind="scale-out",
+                         reasons=("C_4 below the forecast peak",), state="proposed", predicted_recovery_s=120.0,
+                         history=[(created, "proposed")]))
+    k.pending = Proposal(pid, created, created + ttl, current, target, ("C_4 below the forecast peak",))
+    KnowledgeStore(store_url).save(k)
+    return k
+
+
+@pytest.fixture
+def ads(jobs_file: Path) -> JobSpec:
+    return load_jobs(jobs_file).job("ads")

@@ -1,0 +1,186 @@
+"""Approvals, manual actions and kill switches, without a Prefect server: what is refused, what is posted, and
+what the loop then does with it (models/control.py applies the inbox)."""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from connectors.inbox import Inbox
+from connectors.simulated import SimulatedJob
+from connectors.store import KnowledgeStore
+from connectors.targets import Target
+from flows.approval import (
+    ApprovalRequest,
+    Refused,
+    answer_model,
+    approval_markdown,
+    check_answer,
+    clear_kill_switch,
+    kill_switch,
+    post_answer,
+    post_manual_scale,
+    set_kill_switch,
+    stop_reason,
+)
+from flows.mape_k import PLAIN, iterate
+from models.control import apply_messages
+from models.knowledge import Knowledge
+from sim.scenario import scenario
+from sim.simulator import Simulator
+from sim.workloads import sine_workload
+from tests.ops.conftest import T0, with_proposal
+
+
+def _request(**over) -> ApprovalRequest:
+    base = dict(job="ads", proposal="ads-1767225600", current=4, proposed=6, min_parallelism=2, max_parallelism=10,
+                capacities=[100_000.0 * i for i in range(1, 11)], observed=[i == 4 for i in range(1, 11)],
+                recovery_times=[None, None, 900.0, 300.0, 200.0, 150.0, 120.0, 110.0, 100.0, 95.0],
+                avg_workload=380_000.0, lag=12_000.0, forecast_peak=530_000.0, forecast_method="arima",
+                predicted_recovery_s=150.0, reasons=["C_4 = 400,000/s below the forecast peak 530,000/s"],
+                created=T0, expires=T0 + 600, deadline=T0 + 600)
+    return ApprovalRequest(**{**base, **over})
+
+
+def test_the_approval_page_shows_the_reasoning():
+    md = approval_markdown(_request())
+    assert "# ads: Scale out 4 → 6?" in md
+    assert "| capacity (tuples/s) | 400,000 | 600,000 |" in md  # C_current and C_proposed
+    assert "380,000 | 530,000" in md  # average workload and the forecast peak
+    assert "| predicted recovery time | | 150 s |" in md
+    assert "C_4 = 400,000/s below the forecast peak 530,000/s" in md  # why now
+    assert "| 4 ← now | 400,000 | observed | 300 |" in md
+    assert "| 6 ← proposed | 600,000 | estimated | 150 |" in md
+    assert "| 1 | 100,000 | estimated | never |" in md
+    assert "[2, 10]" in md and "expires at 2026-01-01 00:10:00 UTC" in md
+
+
+def test_the_answer_form_carries_the_jobs_limits():
+    schema = answer_model(_request()).model_json_schema()
+    p = schema["properties"]["parallelism"]
+    assert (p["minimum"], p["maximum"], p["default"]) == (2, 10, 6)
+    assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
+    form = answer_model(_request())
+    assert form(decision="approve", parallelism=10).parallelism == 10
+    with pytest.raises(ValueError, match="less than or equal to 10"):
+        form(decision="approve", parallelism=11)
+
+
+def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads, store_url):
+    k = with_proposal(ads, store_url, created=time.time())
+    with pytest.raises(Refused, match=r"parallelism 11 is outside the job's limits \[2, 10\].*max 10"):
+        post_answer(ads, k.pending.id, "approve", 11, "ops", "", store_url)
+    assert Inbox(store_url).pending("ads") == []
+
+
+def test_expired_proposal_is_refused(ads, store_url):
+    k = with_proposal(ads, store_url, created=T0)  # expired long ago on the wall clock
+    with pytest.raises(Refused, match="expired at 2026-01-01 00:10:00 UTC"):
+        post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url)
+    assert Inbox(store_url).pending("ads") == []
+
+
+def test_answered_proposals_are_refused(ads, store_url):
+    k = with_proposal(ads, store_url, created=time.time())
+    pid = k.pending.id
+    result = post_answer(ads, pid, "approve", 8, "alice", "", store_url)
+    assert result["parallelism"] == 8
+    # The answer waits in the inbox: a second one is refused.
+    with pytest.raises(Refused, match=r"already answered \(approve by alice\)"):
+        post_answer(ads, pid, "reject", None, "bob", "no", store_url)
+    # The loop applies it; afterwards the ledger says what became of it.
+    waiting = Inbox(store_url).pending("ads")
+    applied = apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
+    assert applied.decision is not None and (applied.decision.current, applied.decision.target) == (4, 8)
+    Inbox(store_url).ack([p for p, _ in waiting])
+    KnowledgeStore(store_url).save(k)
+    with pytest.raises(Refused, match="no longer pending: it was approved"):
+        post_answer(ads, pid, "approve", None, "bob", "", store_url)
+    with pytest.raises(Refused, match="has no proposal ads-1"):
+        post_answer(ads, "ads-1", "approve", None, "bob", "", store_url)
+
+
+def test_reject_posts_the_reason(ads, store_url):
+    k = with_proposal(ads, store_url, created=time.time())
+    post_answer(ads, k.pending.id, "reject", None, "carol", "peak is over", store_url)
+    (_, msg), = Inbox(store_url).pending("ads")
+    assert (msg.kind, msg.body) == ("reject", {"proposal": k.pending.id, "operator": "carol", "reason": "peak is over"})
+    apply_messages(k, [msg], ads.loop_config(), current=4, now=k.pending.created + 60)
+    assert k.pending is None and k.entry(msg.body["proposal"]).state == "rejected"
+
+
+def test_check_answer_defaults_to_the_proposed_parallelism(ads, store_url):
+    k = with_proposal(ads, store_url, created=time.time(), target=7)
+    assert check_answer(ads, k.pending.id, "approve", None, store_url) == 7
+
+
+def test_manual_scale_refusals_name_the_limits(ads, store_url):
+    with pytest.raises(Refused, match=r"outside the job's limits \[2, 10\]"):
+        post_manual_scale(ads, 1, "test", "ops", store_url)
+    with pytest.raises(Refused, match="give a reason"):
+        post_manual_scale(ads, 5, " ", "ops", store_url)
+    assert Inbox(store_url).pending("ads") == []
+    post_manual_scale(ads, 5, "load test at noon", "ops", store_url)
+    (_, msg), = Inbox(store_url).pending("ads")
+    assert (msg.kind, msg.body["parallelism"], msg.body["reason"]) == ("scale", 5, "load test at noon")
+
+
+def test_kill_switch_and_blackout(ads, store_url):
+    ten_thirty = datetime(2026, 1, 1, 10, 30, tzinfo=UTC).timestamp()
+    evening = datetime(2026, 1, 1, 18, 0, tzinfo=UTC).timestamp()
+    assert stop_reason(store_url, ads, ten_thirty) == "blackout window 09:00–17:00 UTC"
+    assert stop_reason(store_url, ads, evening) is None
+    assert kill_switch(store_url) is None and not clear_kill_switch(store_url)
+    set_kill_switch(store_url, "dave", "incident 42")
+    assert kill_switch(store_url)["operator"] == "dave"
+    reason = stop_reason(store_url, ads, evening)
+    assert reason.startswith("kill switch for all jobs is on (set by dave") and reason.endswith("incident 42)")
+    assert KnowledgeStore(store_url).jobs() == []  # the flag is a file: no job folder appears
+    assert clear_kill_switch(store_url) and stop_reason(store_url, ads, evening) is None
+
+
+def _sim_target(seed: int = 0) -> tuple[Target, Simulator]:
+    sim_config, cfg, workload = scenario(sine_workload(hours=1.0), 12, 0.9, seed)
+    sim = Simulator(workload, sim_config, seed=seed, job="sim")
+    job = SimulatedJob(sim)
+    return Target("sim", metrics=job, scaler=job, clock=job, config=cfg), sim
+
+
+def test_a_stopped_loop_decides_and_reports_but_never_acts():
+    target, sim = _sim_target()
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    it = iterate(target, knowledge, PLAIN, stop="blackout window 09:00–17:00 UTC")
+    assert it.decision.changes, "the scenario starts over-provisioned: the plan wants to scale in"
+    assert it.action.state == "dry-run" and sim.scaleout == 12 and not sim.rescaling
+    entry = knowledge.entry(it.decision.id)
+    assert entry.state == "dry-run"
+    assert entry.message.startswith("blackout window 09:00–17:00 UTC: not acting; dry run: would scale sim 12 → ")
+    assert knowledge.last_action is None and knowledge.pending is None
+    # An operator's action still applies.
+    sim.advance(60)
+    from models.control import ControlMessage
+
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"parallelism": 8, "reason": "r", "operator": "o"})
+    it = iterate(target, knowledge, PLAIN, [manual], stop="blackout window 09:00–17:00 UTC")
+    assert it.action.state == "executed" and sim.scaleout == 8
+
+
+def test_approve_mode_proposes_once_and_holds_while_pending():
+    target, sim = _sim_target()
+    target.config = type(target.config)(**{**target.config.__dict__, "mode": "approve"})
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, knowledge, PLAIN)
+    assert first.action.state == "proposed" and knowledge.pending.id == first.decision.id
+    sim.advance(60)
+    second = iterate(target, knowledge, PLAIN)
+    assert second.decision.kind == "hold" and second.action is None
+    assert any("awaits an operator" in r for r in second.decision.reasons)
+    assert sim.scaleout == 12
+    assert math.isclose(knowledge.pending.expires - knowledge.pending.created, target.config.proposal_ttl_s)
+    assert np.isfinite(first.analysis.forecast.peak)

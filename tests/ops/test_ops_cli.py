@@ -1,0 +1,116 @@
+"""The operator commands without a Prefect API: what they refuse, and what they leave in the store."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from connectors.inbox import Inbox
+from deployments.jobs import load_jobs
+from flows.approval import kill_switch
+from flows.cli import app
+from tests.ops.conftest import T0, with_proposal
+
+
+@pytest.fixture(autouse=True)
+def no_prefect_api(monkeypatch, tmp_path):
+    """No API configured: the commands must work from the store alone and never start a temporary server."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_jobs_check_lists_the_jobs(jobs_file):
+    result = run("jobs", "check", str(jobs_file))
+    assert result.exit_code == 0, result.output
+    assert "2 job(s), valid" in result.output and "ads" in result.output and "09:00–17:00" in result.output
+
+
+def test_jobs_check_names_file_job_and_field_of_every_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"jobs": [
+        {"name": "a", "engine": "sim", "scale_target": {"kind": "sim", "name": "a"}, "replicas": 3},
+        {"name": "b", "engine": "flink", "scale_target": {"kind": "Deployment", "name": "tm"},
+         "parallelism": {"min": 4, "max": 2}},
+    ]}))
+    result = run("jobs", "check", str(bad))
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert f"{bad}: job 'a' (jobs[0]), field replicas: Extra inputs are not permitted" in text
+    assert f"{bad}: job 'b' (jobs[1]), field parallelism" in text and "max (2) must be ≥ min (4)" in text
+
+
+def test_deploying_a_job_missing_from_the_file_is_refused(jobs_file):
+    result = run("deploy", str(jobs_file), "--job", "ads", "--job", "ghost")
+    assert result.exit_code == 1
+    assert "no job 'ghost' in the jobs file" in result.output and "nothing was deployed" in result.output
+
+
+def test_deploy_writes_a_prefect_yaml(jobs_file, tmp_path):
+    out = tmp_path / "prefect.yaml"
+    result = run("deploy", str(jobs_file), "--prefect-yaml", str(out), "--store", str(tmp_path / "s"))
+    assert result.exit_code == 0, result.output
+    names = [d["name"] for d in yaml.safe_load(out.read_text())["deployments"]]
+    assert names[:2] == ["wordcount", "ads"] and "approve-scale" in names
+
+
+def test_pause_and_resume_one_job_or_all(jobs_file, store_url):
+    assert run("pause", "ads", "--store", store_url, "--jobs", str(jobs_file), "--reason", "deploy").exit_code == 0
+    (_, msg), = Inbox(store_url).pending("ads")
+    assert msg.kind == "pause" and msg.body["reason"] == "deploy"
+    unknown = run("pause", "ghost", "--store", store_url, "--jobs", str(jobs_file))
+    assert unknown.exit_code == 1 and "no job 'ghost'" in unknown.output
+    assert run("pause", "--store", store_url).exit_code != 0  # neither a job nor --all
+    assert run("pause", "--all", "--store", store_url, "--reason", "incident").exit_code == 0
+    assert kill_switch(store_url)["reason"] == "incident"
+    assert run("resume", "--all", "--store", store_url).exit_code == 0
+    assert kill_switch(store_url) is None
+
+
+def test_manual_scale_outside_the_limits_is_refused(jobs_file, store_url):
+    result = run("scale", "ads", "11", "--reason", "test", "--jobs", str(jobs_file), "--store", store_url)
+    assert result.exit_code == 1 and "outside the job's limits [2, 10]" in result.output
+    assert Inbox(store_url).pending("ads") == []
+    assert run("scale", "ads", "9", "--reason", "test", "--jobs", str(jobs_file), "--store", store_url).exit_code == 0
+
+
+def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
+    spec = load_jobs(jobs_file).job("ads")
+    k = with_proposal(spec, store_url, created=time.time())
+    pid = k.pending.id
+    no_file = run("approve", pid, "--store", store_url)
+    assert no_file.exit_code == 1 and "give --jobs FILE" in no_file.output
+    too_big = run("approve", pid, "--parallelism", "12", "--jobs", str(jobs_file), "--store", store_url)
+    assert too_big.exit_code == 1 and "outside the job's limits [2, 10]" in too_big.output
+    ok = run("approve", pid, "--parallelism", "9", "--jobs", str(jobs_file), "--store", store_url)
+    assert ok.exit_code == 0, ok.output
+    again = run("reject", pid, "--jobs", str(jobs_file), "--store", store_url)
+    assert again.exit_code == 1 and "already answered" in again.output
+    (_, msg), = Inbox(store_url).pending("ads")
+    assert (msg.kind, msg.body["parallelism"]) == ("approve", 9)
+
+
+def test_an_expired_proposal_cannot_be_approved(jobs_file, store_url):
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0)
+    result = run("approve", k.pending.id, "--jobs", str(jobs_file), "--store", store_url)
+    assert result.exit_code == 1 and "expired" in result.output
+    assert Inbox(store_url).pending("ads") == []
+
+
+def test_status_from_the_store_alone(jobs_file, store_url):
+    with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time())
+    fleet = run("status", "--store", store_url, "--jobs", str(jobs_file))
+    assert fleet.exit_code == 0, fleet.output
+    assert "no Prefect API configured" in fleet.output and "no loop has run yet" in fleet.output
+    one = run("status", "ads", "--store", store_url)
+    assert one.exit_code == 0, one.output
+    assert "pending proposal ads-" in one.output and "proposed" in one.output
+    missing = run("status", "ghost", "--store", store_url)
+    assert missing.exit_code == 1 and "nothing stored for job 'ghost'" in missing.output

@@ -1,0 +1,100 @@
+"""Dashboard contents: the ledger table, forecast against actual with its WAPE, the status and fleet views."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flows.dashboards import (
+    FORECAST_KEEP_S,
+    _write_json,
+    fleet_rows,
+    forecast_plot_markdown,
+    forecast_png,
+    health,
+    ledger_rows,
+    matched_wape,
+    next_loop_forecast,
+    read_status,
+    record_forecast,
+    status_record,
+    steps_of,
+)
+from flows.mape_k import PLAIN, iterate
+from models.knowledge import Knowledge
+from models.types import Forecast, LedgerEntry
+from tests.ops.conftest import T0
+from tests.ops.test_ops_approval import _sim_target
+
+
+def test_ledger_rows_newest_first_with_predicted_and_observed_recovery():
+    k = Knowledge.new("j", _sim_target()[0].config)
+    k.record(LedgerEntry("j-1", T0, 12, 8, "scale-in", ("r1",), "executed", 95.4, 61.6, "ok",
+                         [(T0, "executed"), (T0 + 62, "recovered in 62 s")]))
+    k.record(LedgerEntry("j-2", T0 + 900, 8, 10, "scale-out", ("r2",), "rejected", 120.0, None, "",
+                         [(T0 + 960, "rejected by ops")]))
+    rows = ledger_rows(k)
+    assert [r["decision"] for r in rows] == ["j-2", "j-1"]
+    assert rows[1] == {"time (UTC)": "2026-01-01 00:00:00", "decision": "j-1", "from": 12, "to": 8,
+                       "state": "executed", "predicted recovery (s)": 95, "observed recovery (s)": 62,
+                       "reason": "r1", "last event": "recovered in 62 s"}
+    assert rows[0]["observed recovery (s)"] is None
+
+
+def test_forecasts_are_kept_as_step_means_for_two_hours():
+    assert steps_of([1.0] * 30 + [3.0] * 30 + [5.0] * 10) == [1.0, 3.0]
+    history = None
+    for i in range(300):
+        history = record_forecast(history, Forecast(T0 + 60 * i, tuple([100.0 + i] * 900), "arima", None))
+    assert len(history) == FORECAST_KEEP_S // 60
+    assert history[-1] == {"start": T0 + 60 * 299, "method": "arima", "values": [399.0] * 30}
+    assert record_forecast(history, Forecast(T0 + 60 * 300, (), "none", None))[-1]["start"] == T0 + 60 * 299
+    t, y = next_loop_forecast(history[-2:])
+    np.testing.assert_array_equal(t, [T0 + 60 * 298, T0 + 60 * 298 + 30, T0 + 60 * 299, T0 + 60 * 299 + 30])
+    np.testing.assert_array_equal(y, [398, 398, 399, 399])
+
+
+def test_wape_against_the_actual_step_within_half_a_step():
+    actual_t, actual_y = np.array([0.0, 30, 60, 90]), np.array([100.0, 200, 300, np.nan])
+    # pairs (100, 110), (200, 180), (300, 300): Σ|y − ŷ| / Σ|y| = 30 / 600; 95 has no finite step within 15 s
+    assert matched_wape(actual_t, actual_y, np.array([5.0, 35, 64, 95]), np.array([110.0, 180, 300, 1])) == 0.05
+    assert matched_wape(actual_t, actual_y, np.array([500.0]), np.array([1.0])) is None
+    assert matched_wape(np.array([]), np.array([]), np.array([1.0]), np.array([1.0])) is None
+
+
+def _iterations(n: int):
+    target, sim = _sim_target()
+    k = Knowledge.new("sim", target.config)
+    history = None
+    sim.advance(600)
+    its = []
+    for _ in range(n):
+        it = iterate(target, k, PLAIN)
+        history = record_forecast(history, it.analysis.forecast)
+        its.append(it)
+        sim.advance(60)
+    return k, its, history
+
+
+def test_forecast_plot_and_status_from_real_iterations(tmp_path):
+    k, its, history = _iterations(8)
+    png, w = forecast_png("sim", k, history, its[-1].analysis.forecast)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(png) < 120_000
+    assert w is not None and 0 <= w < 0.25  # a smooth sine: the forecasts each loop relied on were close
+    md = forecast_plot_markdown("sim", png, w, its[-1].analysis.forecast)
+    assert f"**{100 * w:.1f} %**" in md and "](data:image/png;base64,iVBORw0KGgo" in md
+
+    record = status_record(its[-1], k, "auto", None, T0)
+    assert (record["job"], record["mode"], record["current"], record["health"]) == ("sim", "auto",
+                                                                                 its[-1].decision.current, "ok")
+    assert record["last_action"]["state"] == "executed" and record["loops"] == 8
+    assert health(its[-1], k, "blackout window 09:00–17:00 UTC") == "not acting: blackout window 09:00–17:00 UTC"
+    k.paused = True
+    assert health(its[-1], k, None) == "paused (kill switch for this job)"
+
+    store = str(tmp_path / "store")
+    _write_json(store, "sim", "status.json", record)
+    assert read_status(store, "sim") == record
+    rows = fleet_rows([("sim", "auto"), ("new", "approve")], store, T0 + 30)
+    assert rows[0]["current"] == record["current"] and rows[0]["health"] == "ok"
+    assert rows[1]["health"] == "no loop has run yet" and rows[1]["mode"] == "approve"
+    assert fleet_rows([("sim", "auto")], store, T0 + 600)[0]["health"] == "stale: no loop for 10 min"
