@@ -119,22 +119,19 @@ class KubernetesScaler:
 
     def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
         """Retry 5xx, timeouts and connection errors with backoff; anything else is raised as it is."""
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
+        delay, attempt = self.backoff_s, 1
+        while True:
             try:
                 return call()
             except ApiException as exc:
-                if exc.status is None or exc.status < 500 or attempt == self.attempts:
+                if exc.status is None or exc.status < 500 or attempt >= self.attempts:
                     raise
-                error = f"{exc.status} {api_message(exc)}"
             except urllib3.exceptions.HTTPError as exc:
-                if attempt == self.attempts:
+                if attempt >= self.attempts:
                     raise ConnectorError(f"{self.target}: {what} failed after {attempt} attempts: "
                                          f"API server unreachable or timing out ({type(exc).__name__}: {exc})") from exc
-                error = type(exc).__name__
             self._sleep(delay)
-            delay = min(2 * delay, 10.0)
-        raise AssertionError(f"unreachable: {error}")  # pragma: no cover
+            delay, attempt = min(2 * delay, 10.0), attempt + 1
 
     def _read(self) -> dict[str, Any]:
         """The target object as the API returns it (raw JSON: no client-side model validation)."""

@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import zlib
 from collections.abc import Callable, Sequence
@@ -214,50 +215,107 @@ async def ensure_pool(client: Any, pool: str, create: bool) -> str:
     return "process"
 
 
-async def _apply_one(p: Planned, pool: str) -> Any:
-    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy, VersionInfo
-    from prefect.deployments.runner import EntrypointType
+def content_hash(p: Planned, pool: str) -> str:
+    """Everything a deployment is made of; stored as its version, so an unchanged deployment is not rewritten
+    (rewriting replaces its schedule and its scheduled runs)."""
+    content = {"entrypoint": p.entrypoint, "parameters": p.parameters, "tags": p.tags, "description": p.description,
+               "schedules": [schedule_yaml(sc) for sc in p.schedules], "concurrency": p.concurrency,
+               "collision": COLLISION, "job_variables": p.job_variables, "pool": pool, "spec": p.version,
+               "triggers": [t.model_dump(mode="json") for t in p.triggers]}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
-    limit = None if p.concurrency is None else ConcurrencyLimitConfig(
-        limit=p.concurrency, collision_strategy=ConcurrencyLimitStrategy(COLLISION))
-    deployment = await p.flow.ato_deployment(
-        name=p.name, parameters=p.parameters, tags=list(p.tags), description=p.description,
-        schedules=list(p.schedules) or None, concurrency_limit=limit, triggers=list(p.triggers) or None,
-        entrypoint_type=EntrypointType.MODULE_PATH, work_pool_name=pool, job_variables=p.job_variables or None,
-        version=p.version or None)
-    return await deployment.aapply(work_pool_name=pool,
-                                   version_info=VersionInfo(type="prefect:simple", version=p.version or "1"))
+
+async def _upsert(client: Any, p: Planned, pool: str, flow_id: Any, schema: dict[str, Any], version: str) -> Any:
+    """Create or update one deployment (the API's create is an upsert on flow and name), then its triggers."""
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+    from prefect.client.schemas.objects import ConcurrencyLimitStrategy, ConcurrencyOptions, VersionInfo
+
+    deployment_id = await client.create_deployment(
+        flow_id=flow_id, name=p.name, version=version, version_info=VersionInfo(type="prefect:simple", version=version),
+        schedules=[DeploymentScheduleCreate.from_schedule(sc) for sc in p.schedules],
+        concurrency_limit=p.concurrency,
+        concurrency_options=None if p.concurrency is None else ConcurrencyOptions(
+            collision_strategy=ConcurrencyLimitStrategy(COLLISION)),
+        parameters=p.parameters, description=p.description, work_pool_name=pool, tags=list(p.tags),
+        entrypoint=p.entrypoint, parameter_openapi_schema=schema, enforce_parameter_schema=True,
+        job_variables=p.job_variables, pull_steps=[], paused=False)
+    if p.triggers:
+        await client.delete_resource_owned_automations(f"prefect.deployment.{deployment_id}")
+        for trigger in p.triggers:
+            trigger = trigger.model_copy()
+            trigger.set_deployment_id(deployment_id)
+            await client.create_automation(trigger.as_automation())
+    return deployment_id
+
+
+@dataclass
+class Applied:
+    """What `apply_deployments` did: full name → deployment id, and which ones it wrote."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
 
 
 async def apply_deployments(planned: Sequence[Planned], pool: str = DEFAULT_POOL, create_pool: bool = True,
-                            parallel: int = 8, on_done: Callable[[Planned], None] | None = None) -> dict[str, str]:
-    """Create or update every planned deployment; returns full name → deployment id.
+                            parallel: int = 4, on_done: Callable[[Planned], None] | None = None,
+                            retries: int = 3) -> Applied:
+    """Create or update every planned deployment; unchanged ones are left alone.
 
-    Checks the work pool first. Deployments are idempotent updates: after a failure (the API went away),
-    deploying again converges; the error names the deployments that were not applied.
+    Checks the work pool first. Writes are idempotent upserts, retried when the server is busy (503, SQLite
+    locked); after a failure deploying again converges, and the error names the deployments not applied.
     """
     from prefect import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.utilities.callables import parameter_schema
 
+    result = Applied()
+    failed: list[str] = []
     async with get_client() as client:
         await ensure_pool(client, pool, create_pool)
-    gate = asyncio.Semaphore(parallel)
-    ids: dict[str, str] = {}
-    failed: list[str] = []
+        flows = {p.flow_name: p.flow for p in planned}
+        flow_ids = {name: await client.create_flow_from_name(name) for name in flows}
+        schemas = {name: parameter_schema(f).model_dump(exclude_unset=True) for name, f in flows.items()}
+        named = DeploymentFilter(name=DeploymentFilterName(any_=sorted({p.name for p in planned})))
+        existing: dict[tuple[Any, str], Any] = {}
+        while True:
+            page = await client.read_deployments(deployment_filter=named, limit=200, offset=len(existing))
+            existing.update({(d.flow_id, d.name): d for d in page})
+            if len(page) < 200:
+                break
+        gate = asyncio.Semaphore(parallel)
 
-    async def one(p: Planned) -> None:
-        async with gate:
-            try:
-                ids[p.full_name] = str(await _apply_one(p, pool))
-            except Exception as exc:  # reported all together below, after the others were applied
-                failed.append(f"{p.full_name}: {type(exc).__name__}: {exc}")
+        async def one(p: Planned) -> None:
+            version = content_hash(p, pool)
+            current = existing.get((flow_ids[p.flow_name], p.name))
+            if current is not None and current.version == version and current.work_pool_name == pool:
+                result.ids[p.full_name] = str(current.id)
+                result.unchanged.append(p.full_name)
+            else:
+                async with gate:
+                    for attempt in range(retries + 1):
+                        try:
+                            did = await _upsert(client, p, pool, flow_ids[p.flow_name], schemas[p.flow_name], version)
+                            result.ids[p.full_name] = str(did)
+                            result.written.append(p.full_name)
+                            break
+                        except PrefectHTTPStatusError as exc:
+                            if exc.response.status_code not in (429, 503) or attempt == retries:
+                                failed.append(f"{p.full_name}: {exc.response.status_code} {exc.response.text[:200]}")
+                                break
+                            await asyncio.sleep(2.0 * (attempt + 1))
+                        except Exception as exc:  # reported all together below, after the others were applied
+                            failed.append(f"{p.full_name}: {type(exc).__name__}: {exc}")
+                            break
             if on_done is not None:
                 on_done(p)
 
-    await asyncio.gather(*(one(p) for p in planned))
+        await asyncio.gather(*(one(p) for p in planned))
     if failed:
         raise ConfigurationError(f"{len(failed)} of {len(planned)} deployments were not applied (deploy again to "
                                  "finish):\n" + "\n".join(failed))
-    return ids
+    return result
 
 
 async def prune_deployments(keep: Sequence[str]) -> list[str]:

@@ -114,12 +114,18 @@ class JobSpec(Strict):
     def _engine_needs(self) -> JobSpec:
         if self.engine == "sim":
             if self.scale_target.kind != "sim":
-                raise ValueError("engine 'sim' scales through scale_target.kind 'sim'")
+                raise ValueError("field scale_target.kind: engine 'sim' scales through kind 'sim'")
             return self
         if self.prometheus is None:
-            raise ValueError(f"engine {self.engine!r} needs prometheus.url")
+            raise ValueError(f"field prometheus.url: engine {self.engine!r} needs a Prometheus URL")
         if not self.selector:
-            raise ValueError(f"engine {self.engine!r} needs a selector (labels that pick the job's series)")
+            raise ValueError(f"field selector: engine {self.engine!r} needs labels that pick the job's series")
+        from connectors.promql import QuerySet  # the templates render now, so a bad override fails at load time
+
+        try:
+            QuerySet(self.name, self.engine, self.selector, self.source, self.queries, 60.0)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from exc
         return self
 
     def loop_config(self) -> LoopConfig:
@@ -159,10 +165,17 @@ def _merge(defaults: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _where(path: str, raw_jobs: list[Any], loc: tuple[Any, ...]) -> str:
-    idx, field = loc[0], ".".join(str(p) for p in loc[1:]) or "(entry)"
-    name = raw_jobs[idx].get("name", "?") if isinstance(idx, int) and isinstance(raw_jobs[idx], dict) else "?"
-    return f"{path}: job {name!r} (jobs[{idx}]), field {field}"
+_FIELD_IN_MESSAGE = re.compile(r"^Value error, (?:job '[^']*': )?field ([\w.]+): (.*)$", re.S)
+
+
+def _error(path: str, raw_jobs: list[Any], idx: int, error: Any) -> str:
+    """`FILE: job 'name' (jobs[i]), field F: message` — entry-level checks name their field in the message."""
+    field, msg = ".".join(str(p) for p in error["loc"]) or "(entry)", error["msg"]
+    m = _FIELD_IN_MESSAGE.match(msg)
+    if m and field == "(entry)":
+        field, msg = m.group(1), m.group(2)
+    name = raw_jobs[idx].get("name", "?") if isinstance(raw_jobs[idx], dict) else "?"
+    return f"{path}: job {name!r} (jobs[{idx}]), field {field}: {msg}"
 
 
 def parse_jobs(data: Any, path: str = "<memory>") -> JobsFile:
@@ -182,7 +195,7 @@ def parse_jobs(data: Any, path: str = "<memory>") -> JobsFile:
         try:
             jobs.append(JobSpec.model_validate(_merge(defaults, raw)))
         except ValidationError as exc:
-            errors += [f"{_where(path, raw_jobs, (i, *e['loc']))}: {e['msg']}" for e in exc.errors()]
+            errors += [_error(path, raw_jobs, i, e) for e in exc.errors()]
     names = [j.name for j in jobs]
     errors += [f"{path}: job {n!r} is defined twice" for n in sorted({n for n in names if names.count(n) > 1})]
     if errors:

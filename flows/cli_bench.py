@@ -10,7 +10,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from models.errors import DaedalusError
@@ -24,6 +32,14 @@ WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all), file names 
 def _progress(unit: str) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+def _advance(progress: Progress, bar: TaskID, what: str) -> None:
+    """One more run done; without a terminal (CI logs), a line per run instead of a bar."""
+    progress.update(bar, advance=1, description=what)
+    if not console.is_terminal:
+        task = next(t for t in progress.tasks if t.id == bar)
+        console.print(f"{task.completed:.0f}/{task.total:.0f} {what}")
 
 
 def _fail(exc: Exception) -> None:
@@ -80,7 +96,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                     chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                     processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
                     on_start=lambda n: progress.update(bar, total=n),
-                    on_done=lambda r: progress.update(bar, advance=1, description=f"{r['policy']} {r['workload']}"),
+                    on_done=lambda r: _advance(progress, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
                 )
         except (DaedalusError, ValueError) as exc:
             _fail(exc)

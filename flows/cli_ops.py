@@ -290,8 +290,11 @@ def deploy_jobs(jobs_file: Path, store_url: str, pool: str, only: list[str], pru
                                       job_variables=job_variables() if prefork else None)
     with _progress() as progress:
         bar = progress.add_task("deploying", total=len(planned))
-        ids = asyncio.run(apply_deployments(planned, pool, create_pool=create_pool,
-                                            on_done=lambda _: progress.advance(bar)))
+        applied = asyncio.run(apply_deployments(planned, pool, create_pool=create_pool,
+                                                on_done=lambda _: progress.advance(bar)))
+    if applied.unchanged:
+        notes.append(f"{len(applied.unchanged)} deployment(s) unchanged, left alone; {len(applied.written)} written")
+    ids = applied.ids
     if prune:
         notes += [f"deleted {name}: not in the jobs file" for name in
                   asyncio.run(prune_deployments([j.name for j in jobs.jobs]))]

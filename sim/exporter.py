@@ -131,7 +131,7 @@ class SimExporter:
             if left <= 0 or not self.wait_scraped(left):
                 raise TimeoutError(f"no scrape of {self.url} stored the second {self._last:.0f} within {timeout} s")
             try:
-                _wait(stored, min(2.0, max(deadline - time.monotonic(), 0.1)), "")
+                _wait(stored, min(5.0, max(deadline - time.monotonic(), 0.1)), "")
                 return
             except TimeoutError:
                 with self.lock:  # the scrape that took them failed: serve them again

@@ -252,3 +252,32 @@ def test_an_unreachable_prometheus_holds():
                           s.observe(j, a, b))
     assert "unreachable or timing out after 0 retries (ConnectionError" in obs.holds[0]
     assert math.isnan(obs.end)
+
+
+def test_observe_shows_what_the_loop_would_see(prom_url, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"""
+jobs:
+  - name: stale
+    engine: flink
+    prometheus: {{url: "{prom_url}", step: 15s}}
+    selector: {{namespace: stale, cluster: c1}}
+    source: {{topic: stale-events}}
+    scale_target: {{kind: Deployment, namespace: streaming, name: flink-taskmanager}}
+""")
+    out = tmp_path / "seen.json"
+    result = CliRunner().invoke(app, ["observe", "stale", "--jobs-file", str(jobs), "--json", str(out),
+                                      "--window", str(UNTIL - SINCE), "--at", str(UNTIL)])
+    assert result.exit_code == 0, result.output
+    seen = __import__("json").loads(out.read_text())
+    assert seen["parallelism"] == 3 and seen["timestamps"] == GRID.tolist()
+    assert seen["workers"]["tm-0"]["throughput"][0] == 1000 + 5
+    assert seen["workload"][0] == 1000.0 and seen["lag"][0] == 60.0
+    assert seen["holds"][0].startswith("stale: pod tm-2 has no sample within 30s")
+    assert seen["queries"]["cpu"] == ('max by (pod) (flink_taskmanager_Status_JVM_CPU_Load'
+                                      '{cluster="c1", namespace="stale"})')
+    assert "The loop would hold" in result.output

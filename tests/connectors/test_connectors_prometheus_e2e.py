@@ -60,14 +60,16 @@ def test_decisions_through_prometheus_match_the_direct_loop(tmp_path):
             prom_its.append(iterate(prom_target, prom_knowledge, PLAIN))
 
     expected, got = _actions(direct_its), _actions(prom_its)
+    print(f"\nrescales, direct: {expected}\nrescales, through Prometheus: {got}")
     assert len(expected) >= 3, f"the scenario should rescale a few times, got {expected}"
     assert [(a, b) for _, a, b in got] == [(a, b) for _, a, b in expected]
     # Scrape timing may move a decision by at most one loop.
     assert all(abs(g[0] - e[0]) <= 60 for g, e in zip(got, expected, strict=True))
     # What the loop saw agrees: same holds, capacities within 1 % whenever both estimated one.
-    for d, p in zip(direct_its, prom_its, strict=True):
-        assert p.observation.holds == ()
-        assert bool(d.analysis.holds) == bool(p.analysis.holds)
+    for n, (d, p) in enumerate(zip(direct_its, prom_its, strict=True)):
+        assert p.observation.holds == (), (n, p.observation.holds)
+        assert bool(d.analysis.holds) == bool(p.analysis.holds), (n, d.analysis.holds, p.analysis.holds)
         cd, cp = d.analysis.capacity(d.analysis.scaleout), p.analysis.capacity(p.analysis.scaleout)
         if cd == cd and cd > 0:
-            assert abs(cp - cd) <= 0.01 * cd
+            assert abs(cp - cd) <= 0.01 * cd, (n, cd, cp, d.analysis.scaleout, p.analysis.scaleout,
+                                               d.observation.timestamps.size, p.observation.timestamps.size)

@@ -1,0 +1,46 @@
+"""Spark settings live in one place; the suite is declared once (no Spark needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.spark import SparkSettings
+from models.errors import ConfigurationError
+from models.expectations import SuiteSettings, checks
+
+
+def test_settings_come_from_defaults_then_environment_then_arguments(monkeypatch) -> None:
+    monkeypatch.delenv("DAEDALUS_SPARK_MASTER", raising=False)
+    assert SparkSettings.from_env().master == "local[*]"
+    monkeypatch.setenv("DAEDALUS_SPARK_MASTER", "spark://10.0.0.5:7077")
+    monkeypatch.setenv("DAEDALUS_SPARK_SHUFFLE_PARTITIONS", "64")
+    settings = SparkSettings.from_env()
+    assert (settings.master, settings.shuffle_partitions, settings.local) == ("spark://10.0.0.5:7077", 64, False)
+    assert SparkSettings.from_env("local[2]").master == "local[2]"
+    monkeypatch.setenv("DAEDALUS_SPARK_SHUFFLE_PARTITIONS", "many")
+    with pytest.raises(ConfigurationError, match="DAEDALUS_SPARK_SHUFFLE_PARTITIONS must be an integer"):
+        SparkSettings.from_env()
+
+
+def test_the_session_is_built_for_many_jobs_on_one_interpreter() -> None:
+    conf = SparkSettings(master="local[2]", conf={"spark.kubernetes.namespace": "streaming"}).spark_conf()
+    assert conf["spark.sql.adaptive.enabled"] == "false"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.executorEnv.OPENBLAS_NUM_THREADS"] == "1"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert conf["spark.kubernetes.namespace"] == "streaming"
+    assert "spark.driver.host" not in SparkSettings(master="k8s://https://10.0.0.1:6443").spark_conf()
+    with pytest.raises(ConfigurationError, match="Spark master 'mesos://x' is not understood"):
+        SparkSettings(master="mesos://x")
+
+
+def test_the_suite_names_each_check_once_and_uses_the_thresholds() -> None:
+    suite = checks(SuiteSettings(max_gap_steps=7, throughput_tolerance=0.2))
+    names = [c.name for c in suite]
+    assert len(names) == len(set(names)) == 19
+    by_name = {c.name: c for c in suite}
+    assert by_name["no_gaps"].kwargs["max_value"] == 7.0
+    assert by_name["throughput_within_supply"].kwargs["max_value"] == pytest.approx(1.2)
+    assert by_name["cpu_in_range"].kwargs == {"column": "cpu", "min_value": 0.0, "max_value": 1.0}
+    with pytest.raises(ValueError, match="max_gap_steps"):
+        SuiteSettings(max_gap_steps=-1)
