@@ -270,7 +270,7 @@ class Lake:
                 tables.append(pf.read(columns=wanted))
         frame = (pa.concat_tables(tables) if tables else FILE_SCHEMA.empty_table().select(wanted)).to_pandas()
         if "timestamp" in frame:
-            stamps = frame["timestamp"].astype("int64") / 1e6 if len(frame) else frame["timestamp"]
+            stamps = frame["timestamp"].astype("int64") / 1e6
             keep = np.ones(len(frame), dtype=bool)
             if since is not None:
                 keep &= np.asarray(stamps >= since)

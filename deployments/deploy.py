@@ -94,6 +94,11 @@ def select_jobs(jobs: JobsFile, only: Sequence[str]) -> list[JobSpec]:
     return [j for j in jobs.jobs if not only or j.name in only]
 
 
+# A loop run's nine tasks each log "Finished in state Completed()": with a hundred jobs a minute that is most of
+# the server's log writes. The loop's own lines (decision, inbox notes) are logged by the flow and stay.
+LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
+
+
 def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
     from flows.mape_k import mape_k
@@ -106,7 +111,7 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
                     f"{spec.parallelism.min}–{spec.parallelism.max}), every {interval_s:.0f} s.",
         schedules=(Interval(timedelta(seconds=interval_s), anchor_date=anchor_for(spec.name)),), concurrency=1,
         version=spec_version(spec),
-        job_variables=dict(job_variables or {}),
+        job_variables={**(job_variables or {}), "env": {**(job_variables or {}).get("env", {}), **LOOP_ENV}},
     )
 
 
@@ -178,21 +183,22 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
 
 def plan_deployments(jobs: JobsFile, store_url: str, only: Sequence[str] = (), lake_url: str | None = None,
                      interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None,
-                     with_fleet_flows: bool = True) -> tuple[list[Planned], list[str]]:
+                     with_background: bool = True) -> tuple[list[Planned], list[str]]:
     """Everything to deploy for this jobs file; raises before anything is applied when a job is missing.
 
-    With a `lake_url`, every loop appends its observations to the metric-history lake the pipeline reads.
+    With a `lake_url`, every loop appends its observations to the metric-history lake the pipeline reads;
+    `with_background=False` leaves out the event-triggered and periodic flows (recovery monitoring, retraining,
+    validation).
     """
     specs = select_jobs(jobs, only)
     store, jobs_file = absolute(store_url), absolute(jobs.path)
     lake = None if lake_url is None else absolute(lake_url)
     planned = [loop_deployment(s, store, jobs_file, lake, interval_s, job_variables) for s in specs]
-    notes: list[str] = []
-    if with_fleet_flows:
-        planned += operator_deployments(store, jobs_file, job_variables)
-        extra, notes = extra_deployments(store, jobs_file, lake, job_variables)
-        planned += extra
-    return planned, notes
+    planned += operator_deployments(store, jobs_file, job_variables)
+    if not with_background:
+        return planned, ["background and pipeline flows not deployed (--no-background)"]
+    extra, notes = extra_deployments(store, jobs_file, lake, job_variables)
+    return planned + extra, notes
 
 
 # --- applying to the Prefect API ----------------------------------------------------------------------------

@@ -63,7 +63,23 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
             "max": round(ordered[-1], 2)}
 
 
-async def _runs(flow_name: str) -> list[Any]:
+def _filter(since: float | None = None, until: float | None = None, states: list[str] | None = None) -> Any:
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+
+    return FlowRunFilter(
+        expected_start_time=FlowRunFilterExpectedStartTime(
+            after_=None if since is None else datetime.fromtimestamp(since, UTC),
+            before_=None if until is None else datetime.fromtimestamp(until, UTC)),
+        state=None if states is None else FlowRunFilterState(type=FlowRunFilterStateType(any_=states)))
+
+
+async def _runs(flow_name: str, since: float, until: float) -> list[Any]:
+    """The flow's runs scheduled in [since, until]."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
@@ -71,10 +87,23 @@ async def _runs(flow_name: str) -> list[Any]:
     async with get_client() as client:
         while True:
             page = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
-                                               limit=200, offset=len(found))
+                                               flow_run_filter=_filter(since, until), limit=200, offset=len(found))
             found += page
             if len(page) < 200:
                 return found
+
+
+async def _sample(flow_name: str, now: float) -> dict[str, int]:
+    """Backlog (runs more than a minute overdue, not started) and runs in flight, counted by the server."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    flows = FlowFilter(name=FlowFilterName(any_=[flow_name]))
+    async with get_client() as client:
+        backlog = await client.count_flow_runs(flow_filter=flows,
+                                               flow_run_filter=_filter(None, now - 60, ["SCHEDULED", "PENDING"]))
+        running = await client.count_flow_runs(flow_filter=flows, flow_run_filter=_filter(states=["RUNNING"]))
+    return {"backlog": backlog, "running": running}
 
 
 def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
@@ -90,14 +119,8 @@ def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
             "run_s": _percentiles(durations)}
 
 
-def _backlog(runs: list[Any], now: float) -> int:
-    """Runs that should have started more than a minute ago and have not."""
-    return sum(1 for r in runs if r.state and r.state.type.value in ("SCHEDULED", "PENDING")
-               and r.expected_start_time and r.expected_start_time.timestamp() < now - 60)
-
-
-def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | None, console: Console
-                       ) -> dict[str, Any]:
+def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | None, console: Console,
+                       background: bool = True) -> dict[str, Any]:
     from flows.cli_ops import bench_jobs_file, deploy_jobs
 
     tmp = None if keep else tempfile.TemporaryDirectory(prefix="daedalus-bench-")
@@ -108,10 +131,12 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
     os.environ.update({"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(server.home)})
     try:
         path = bench_jobs_file(root / "jobs.yaml", jobs, 1.0)
-        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork, str(root / "lake"))
-        console.print(f"Deployed {jobs} jobs in {deploy_s:.1f} s; starting one worker "
-                      f"({'daedalus worker, preloaded' if prefork else 'prefect worker start'}) ...")
+        console.print(f"Starting one worker ({'daedalus worker, preloaded' if prefork else 'prefect worker start'})"
+                      f", then deploying {jobs} jobs ...")
         worker = server.start_worker("bench", prefork=prefork)
+        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork, str(root / "lake"),
+                                     background)
+        console.print(f"Deployed in {deploy_s:.1f} s")
         start = time.time()
         cpu0 = {"server": _tree_cpu_s(server.server.pid), "worker": _tree_cpu_s(worker.pid)}
         busy0 = _machine_busy()
@@ -119,17 +144,15 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
         end = start + 60 * minutes
         while time.time() < end:
             time.sleep(min(60.0, max(0.0, end - time.time())))
-            runs = asyncio.run(_runs("mape-k"))
             now = time.time()
-            samples.append({"minute": round((now - start) / 60, 1), "backlog": _backlog(runs, now),
-                            "running": sum(1 for r in runs if r.state and r.state.is_running())})
+            samples.append({"minute": round((now - start) / 60, 1), **asyncio.run(_sample("mape-k", now))})
             console.print(f"  minute {samples[-1]['minute']:.0f}: backlog {samples[-1]['backlog']}, "
                           f"running {samples[-1]['running']}")
         busy1 = _machine_busy()
         cpu = {"server": _tree_cpu_s(server.server.pid) - cpu0["server"],
                "worker_and_runs": _tree_cpu_s(worker.pid) - cpu0["worker"]}
         time.sleep(20)  # let the last runs finish before counting them
-        runs = asyncio.run(_runs("mape-k"))
+        runs = asyncio.run(_runs("mape-k", start, end))
         settle = 120.0  # runs scheduled before the worker was warm are not counted
         segments = []
         for s0 in range(0, int(minutes), 10):
@@ -137,8 +160,11 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
             if b > a:
                 segments.append({"from_minute": s0, "to_minute": min(s0 + 10, minutes), **summarise(runs, a, b)})
         elapsed = end - start
+        completed = sum(1 for r in runs if r.state and r.state.is_completed())
         return {
-            "jobs": jobs, "minutes": minutes, "prefork": prefork, "deploy_s": round(deploy_s, 2),
+            "cpu_s_per_completed_run": round((cpu["server"] + cpu["worker_and_runs"]) / max(1, completed), 3),
+            "jobs": jobs, "minutes": minutes, "prefork": prefork, "background": background,
+            "deploy_s": round(deploy_s, 2),
             "started": datetime.fromtimestamp(start, UTC).isoformat(),
             "overall": summarise(runs, start + settle, end), "segments": segments, "backlog": samples,
             "cpu_percent_of_one_core": {k: round(100 * v / elapsed, 1) for k, v in cpu.items()},
@@ -166,7 +192,8 @@ def schedule_table(report: dict[str, Any]) -> Table:
         ("backlog per minute (runs > 1 min overdue)", " ".join(str(s["backlog"]) for s in report["backlog"])),
         ("CPU: server / worker + runs (% of one core)", "{server} / {worker_and_runs}".format(
             **report["cpu_percent_of_one_core"])),
-        ("machine busy (all processes)", f"{report['machine_busy_percent']} %"),
+        ("CPU-seconds per completed loop run (server + worker + run)", str(report["cpu_s_per_completed_run"])),
+        ("machine busy (all processes, other work included)", f"{report['machine_busy_percent']} %"),
         ("deploy time", f"{report['deploy_s']} s"),
     ]
     for seg in report["segments"]:

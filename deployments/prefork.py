@@ -124,8 +124,10 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         import runpy
 
         import prefect.context
+        from prefect.logging.configuration import setup_logging
 
         prefect.context.refresh_global_settings_context()
+        setup_logging()  # logging levels from the run's environment (a deployment's job variables), as at startup
         sys.modules.pop("prefect.engine", None)  # run as __main__ below, as `python -m prefect.engine` would
         try:
             runpy.run_module("prefect.engine", run_name="__main__", alter_sys=False)
@@ -192,8 +194,12 @@ def serve(path: Path) -> None:
             path.unlink()
 
 
-def run_worker(pool: str, socket_path: Path | None = None) -> int:
-    """`daedalus worker`: the preloaded process plus `prefect worker start --pool POOL`, stopped together."""
+def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = None) -> int:
+    """`daedalus worker`: the preloaded process plus `prefect worker start --pool POOL`, stopped together.
+
+    `limit` caps the flow runs in flight: a worker that starts after an outage does not start every overdue
+    run at once (SQLite would lock up under the burst); the rest start as slots free up.
+    """
     import tempfile
     import time
 
@@ -208,7 +214,7 @@ def run_worker(pool: str, socket_path: Path | None = None) -> int:
         time.sleep(0.1)
     env = {**os.environ, SOCKET_ENV: str(socket_path)}
     worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool,
-                               "--type", "process"], env=env)
+                               "--type", "process", *(["--limit", str(limit)] if limit else [])], env=env)
 
     def stop(signum: int, _frame: object) -> None:
         worker.send_signal(signum)

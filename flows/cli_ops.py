@@ -279,7 +279,8 @@ def _progress() -> Progress:
 
 
 def deploy_jobs(jobs_file: Path, store_url: str, pool: str, only: list[str], prune: bool, create_pool: bool,
-                prefork: bool, lake_url: str | None) -> tuple[dict[str, str], list[str], float]:
+                prefork: bool, lake_url: str | None, background: bool = True
+                ) -> tuple[dict[str, str], list[str], float]:
     from deployments.deploy import apply_deployments, plan_deployments, prune_deployments
     from deployments.jobs import load_jobs
     from deployments.prefork import job_variables
@@ -287,7 +288,7 @@ def deploy_jobs(jobs_file: Path, store_url: str, pool: str, only: list[str], pru
     started = time.perf_counter()
     jobs = load_jobs(jobs_file)
     planned, notes = plan_deployments(jobs, store_url, only, lake_url,
-                                      job_variables=job_variables() if prefork else None)
+                                      job_variables=job_variables() if prefork else None, with_background=background)
     with _progress() as progress:
         bar = progress.add_task("deploying", total=len(planned))
         applied = asyncio.run(apply_deployments(planned, pool, create_pool=create_pool,
@@ -323,6 +324,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         lake: Annotated[str, typer.Option(help="Metric-history lake the loops append to and the pipeline reads")
                         ] = DEFAULT_LAKE,
         no_lake: Annotated[bool, typer.Option("--no-lake", help="Loops keep no metric history")] = False,
+        background: Annotated[bool, typer.Option(help="Also deploy the event-triggered and periodic flows "
+                                                      "(recovery monitor, retraining, validation)")] = True,
         create_pool: Annotated[bool, typer.Option(help="Create a process pool when missing")] = True,
         prune: Annotated[bool, typer.Option(help="Delete mape-k deployments of jobs no longer in the file")] = False,
         prefork: Annotated[bool, typer.Option(help="Start runs through `daedalus worker`'s preloaded process "
@@ -339,13 +342,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 from deployments.prefork import job_variables
 
                 planned, notes = plan_deployments(load_jobs(file), store, job or (), None if no_lake else lake,
-                                                  job_variables=job_variables() if prefork else None)
+                                                  job_variables=job_variables() if prefork else None,
+                                                  with_background=background)
                 prefect_yaml.write_text(render(planned, pool))
                 console.print(f"Wrote {prefect_yaml} ({len(planned)} deployments); apply it with "
                               f"`prefect --no-prompt deploy --all --prefect-file {prefect_yaml}`")
             else:
                 ids, notes, seconds = deploy_jobs(file, store, pool, job or [], prune, create_pool, prefork,
-                                                  None if no_lake else lake)
+                                                  None if no_lake else lake, background)
                 t = Table(title=f"{len(ids)} deployments applied in {seconds:.1f} s (work pool {pool})")
                 t.add_column("deployment")
                 t.add_column("id")
@@ -484,11 +488,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         pool: Annotated[str, typer.Option(help="Work pool")] = "daedalus",
         socket_path: Annotated[Path | None, typer.Option("--socket", help="Where the preloaded process listens")
                                ] = None,
+        limit: Annotated[int, typer.Option(min=0, help="Flow runs in flight at most (0: no limit)")] = 10,
     ) -> None:
         """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved)."""
         from deployments.prefork import run_worker
 
-        raise typer.Exit(run_worker(pool, socket_path))
+        raise typer.Exit(run_worker(pool, socket_path, limit or None))
 
     @bench.command("deploy")
     def bench_deploy(
@@ -526,13 +531,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs on the one-minute schedule")] = 100,
         minutes: Annotated[float, typer.Option(min=1, help="How long to run")] = 30,
         prefork: Annotated[bool, typer.Option(help="Worker with the preloaded process (`daedalus worker`)")] = True,
+        background: Annotated[bool, typer.Option(help="Deploy the background flows too (a recovery monitor "
+                                                      "follows every rescale)")] = True,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
         keep: Annotated[Path | None, typer.Option(help="Keep the server home and store here")] = None,
     ) -> None:
         """Can one local server and one process worker keep up with N jobs every minute? Start delays and backlog."""
         from deployments.ops_bench import run_schedule_bench, schedule_table
 
-        report = run_schedule_bench(jobs, minutes, prefork, keep, console)
+        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background)
         out.print(schedule_table(report))
         if json_out:
             json_out.write_text(json.dumps(report, indent=2))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -117,9 +118,12 @@ def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization
     from sim.runner import run
     from sim.scenario import scenario
 
+    started = time.process_time()
     sim_config, loop_config, workload = scenario(values, max_scaleout, peak_utilization, case.seed)
     result = run(workload, policies.make(case.policy, max_scaleout), sim_config, loop_config, seed=case.seed)
     report = score(result)
+    report["forecaster_retrains"] = result.retrains
+    report["run_cpu_s"] = time.process_time() - started
     h = result.history
     latency = h.latency_s[np.isfinite(h.latency_s)]
     return {
@@ -194,6 +198,8 @@ FIGURES = (
     ("rescales", lambda r: r["rescales"]),
     ("minutes_per_rescale", lambda r: r["duration_s"] / 60 / r["rescales"] if r["rescales"] else None),
     ("downtime_s", lambda r: r["downtime_s"]),
+    ("forecaster_retrains", lambda r: r.get("forecaster_retrains")),
+    ("run_cpu_s", lambda r: r.get("run_cpu_s")),
     ("capacity_error_median_pct", lambda r: r["capacity_error_pct"]["median"]),
     ("forecast_wape_median", lambda r: r["forecast_wape"]["median"]),
 )
@@ -276,7 +282,8 @@ def markdown(summary: dict[str, Any], figures: dict[str, str] | None = None) -> 
         "",
     ]
     header = ("| policy | worker-s % of static | × lower bound | latency p50 / p95 / p99 / max (s) "
-              "| s over SLO (% of run) | rescales | downtime (s) | capacity error (median) | forecast WAPE (median) |")
+              "| s over SLO (% of run) | rescales | downtime (s) | capacity error (median) "
+              "| in-loop forecast WAPE (median) |")
     for workload, table in summary["results"].items():
         lines += [f"## {workload}", "", header, "|" + "---|" * 9]
         for policy in [p for p in POLICIES if p in table] + sorted(set(table) - set(POLICIES)):
@@ -287,7 +294,7 @@ def markdown(summary: dict[str, Any], figures: dict[str, str] | None = None) -> 
                 f"| {latency} | {_fmt(e['seconds_over_slo'], 0)} ({_fmt(e['seconds_over_slo_pct'], 2)} %) "
                 f"| {_fmt(e['rescales'], 1)} | {_fmt(e['downtime_s'], 0)} "
                 f"| {_fmt(e['capacity_error_median_pct'], 1, ' %')} "
-                f"| {_fmt(None if e['forecast_wape_median'] is None else 100 * e['forecast_wape_median'], 1, ' %')} |"
+                f"| {_fmt(None if e['forecast_wape_median'] is None else 100 * e['forecast_wape_median'], 2, ' %')} |"
             )
         if figures and workload in figures:
             lines += ["", f"![{workload}]({figures[workload]})"]

@@ -28,7 +28,7 @@ def _load(**changes):
 
 @pytest.mark.parametrize(("changes", "where"), [
     ({"engine": "storm"}, "job 'ysb' (jobs[0]), field engine"),
-    ({"selector": {}}, "job 'ysb' (jobs[0]), field (entry): Value error, engine 'flink' needs a selector"),
+    ({"selector": {}}, "job 'ysb' (jobs[0]), field selector: engine 'flink' needs labels"),
     ({"prometheus": {"url": "not a url"}}, "job 'ysb' (jobs[0]), field prometheus.url"),
     ({"scale_target": {"kind": "ReplicaSet", "name": "x"}}, "job 'ysb' (jobs[0]), field scale_target.kind"),
 ])
@@ -39,12 +39,13 @@ def test_schema_errors_name_the_file_job_and_field(changes, where):
 
 
 def test_connector_errors_name_the_job_and_field():
-    with pytest.raises(ConfigurationError, match=r"job 'ysb': field source\.topic: missing"):
-        PrometheusSource.from_spec(_load(source={}))
-    with pytest.raises(ConfigurationError, match=r"job 'ysb': field selector\.app-name: not a Prometheus label name"):
-        PrometheusSource.from_spec(_load(selector={"app-name": "x"}))
-    with pytest.raises(ConfigurationError, match=r"job 'ysb': field queries\.throughputs: not a query"):
-        PrometheusSource.from_spec(_load(queries={"throughputs": "x"}))
+    # PromQL templates render while the jobs file loads, so these fail at load time.
+    with pytest.raises(ConfigurationError, match=r"job 'ysb' \(jobs\[0\]\), field source\.topic: missing"):
+        _load(source={})
+    with pytest.raises(ConfigurationError, match=r"field selector\.app-name: not a Prometheus label name"):
+        _load(selector={"app-name": "x"})
+    with pytest.raises(ConfigurationError, match=r"job 'ysb' \(jobs\[0\]\), field queries\.throughputs: not a query"):
+        _load(queries={"throughputs": "x"})
     with pytest.raises(ConfigurationError, match=r"job 'ysb': field prometheus\.step: whole seconds"):
         PrometheusSource.from_spec(_load(prometheus={"url": "http://p:9090", "step": "1500ms"}))
     with pytest.raises(ConfigurationError, match=r"job 'ysb': field scale_target\.path: a spark-local target needs"):

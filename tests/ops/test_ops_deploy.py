@@ -88,9 +88,12 @@ def test_prefect_yaml_declares_the_same_deployments_with_anchors(jobs_file):
     text = prefect_yaml(planned, pool="streaming")
     assert "&work_pool" in text and "*work_pool" in text and "&one_run_at_a_time" in text
     doc = yaml.safe_load(text)
-    assert doc["definitions"]["work_pools"]["streaming"] == {"name": "streaming", "work_queue_name": "default",
-                                                             "job_variables": {"command": "python -m x"}}
     by_name = {d["name"]: d for d in doc["deployments"]}
+    assert {d["work_pool"]["name"] for d in doc["deployments"]} == {"streaming"}
+    assert by_name["ads"]["work_pool"]["job_variables"] == {
+        "command": "python -m x", "env": {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}}
+    assert by_name["scale-job"]["work_pool"]["job_variables"] == {"command": "python -m x"}
+    assert by_name["ads"]["work_pool"] in doc["definitions"]["work_pools"].values()
     assert len(by_name) == len(planned)
     ads = by_name["ads"]
     assert ads["entrypoint"] == "flows.mape_k.mape_k"

@@ -44,6 +44,7 @@ def test_append_is_partitioned_and_leaves_no_temporary_files(tmp_path) -> None:
     assert pq.read_schema(written[0]) == FILE_SCHEMA  # the job lives in the path only
     back = lake.read("ads")
     assert list(back.columns) == list(COLUMNS) and len(back) == 13 and set(back["job"]) == {"ads"}
+    assert lake.read("nobody", since=T0).empty
 
 
 def test_a_loop_across_midnight_writes_one_file_per_date(tmp_path) -> None:
