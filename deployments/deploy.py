@@ -8,8 +8,9 @@ behind a slow one and act late. Schedules are anchored at a per-job second of th
 not all start at :00.
 
 Planning (`plan_deployments`) is pure and checks everything first (the jobs file, the jobs asked for); only
-then `apply_deployments` writes to the Prefect API, so a bad request changes nothing. Re-applying is an
-idempotent update. `prefect_yaml` renders the same plan for `prefect deploy --all`.
+then `apply_deployments` writes to the Prefect API, so a bad request changes nothing. A deployment's version is
+a hash of its content: deploying again rewrites only what changed. `prefect_yaml` renders the same plan for
+`prefect deploy --all`.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ runs in its own process group and is stopped by that group's id.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -40,8 +42,7 @@ def free_port() -> int:
 def server_settings(many_deployments: bool = False) -> dict[str, str]:
     """Server settings: task-run states and events written to SQLite in batches (half the server's CPU per loop
     run); with many one-minute deployments, runs scheduled 10 minutes ahead instead of an hour."""
-    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "10",
-           **BATCHED_WRITES}
+    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **BATCHED_WRITES}
     if many_deployments:
         env["PREFECT_SERVER_SERVICES_SCHEDULER_MIN_SCHEDULED_TIME"] = "PT10M"
         env["PREFECT_SERVER_SERVICES_SCHEDULER_MIN_RUNS"] = "3"
@@ -72,11 +73,12 @@ class LocalPrefect:
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
     def start_worker(self, pool: str, prefork: bool = False, name: str = "worker",
-                     env: dict[str, str] | None = None) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, limit: int | None = None) -> subprocess.Popen:
         """A process worker for `pool` (through `daedalus worker` when `prefork`), logging next to the server's."""
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         cmd = ([str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", pool] if prefork else
                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+        cmd += ["--limit", str(limit)] if limit else []
         proc = subprocess.Popen(cmd, env={**self.env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.workers.append(proc)
@@ -105,14 +107,17 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
         pass
 
 
-def start_server(home: Path, port: int | None = None, timeout_s: float = 120.0, many_deployments: bool = False
-                 ) -> LocalPrefect:
-    """Start `prefect server start` on 127.0.0.1 and wait until /api/health answers."""
+def start_server(home: Path, port: int | None = None, timeout_s: float = 120.0, many_deployments: bool = False,
+                 database_url: str | None = None) -> LocalPrefect:
+    """Start `prefect server start` on 127.0.0.1 (SQLite in `home`, or `database_url`), wait for /api/health."""
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     log = home / "server.log"
-    env = {**os.environ, "PREFECT_HOME": str(home), **server_settings(many_deployments)}
+    env = {**os.environ, "PREFECT_HOME": str(home), **server_settings(many_deployments),
+           "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api"}  # the UI's API is this server, not :4200
     env.pop("PREFECT_API_URL", None)
+    if database_url:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                  "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -130,3 +135,55 @@ def start_server(home: Path, port: int | None = None, timeout_s: float = 120.0, 
             time.sleep(0.5)
     local.stop()
     raise ConnectorError(f"the Prefect server did not answer within {timeout_s:.0f} s; see {log}")
+
+
+@dataclass
+class LocalPostgres:
+    """A throwaway PostgreSQL cluster on a loopback port (run as the `postgres` user), for a server with many jobs."""
+
+    folder: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/prefect"
+
+    def stop(self) -> None:
+        subprocess.run(_as_postgres(_pg_bin("pg_ctl"), "-D", str(self.folder / "data"), "stop", "-m", "fast"),
+                       capture_output=True, timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    if not found:
+        raise ConnectorError(f"PostgreSQL's {name} is not installed (Debian package `postgresql`)")
+    return str(found[-1])
+
+
+def _as_postgres(*cmd: str) -> list[str]:
+    return list(cmd) if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--", *cmd]
+
+
+def start_postgres() -> LocalPostgres:
+    """initdb + pg_ctl start in a temporary folder, trust authentication on 127.0.0.1, a `prefect` database."""
+    import pwd
+
+    folder = Path(tempfile.mkdtemp(prefix="daedalus-pg-"))
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(folder, user.pw_uid, user.pw_gid)
+    port = free_port()
+    run = {"capture_output": True, "text": True, "timeout": 120}
+    steps = [
+        _as_postgres(_pg_bin("initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "postgres", "--no-sync"),
+        _as_postgres(_pg_bin("pg_ctl"), "-D", str(folder / "data"), "-l", str(folder / "postgres.log"), "-w", "-o",
+                     f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200", "start"),
+        _as_postgres(_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "prefect"),
+    ]
+    for cmd in steps:
+        done = subprocess.run(cmd, **run)
+        if done.returncode:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise ConnectorError(f"{' '.join(cmd[:4])} failed: {done.stderr[-500:]}")
+    return LocalPostgres(folder, port)

@@ -488,7 +488,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         pool: Annotated[str, typer.Option(help="Work pool")] = "daedalus",
         socket_path: Annotated[Path | None, typer.Option("--socket", help="Where the preloaded process listens")
                                ] = None,
-        limit: Annotated[int, typer.Option(min=0, help="Flow runs in flight at most (0: no limit)")] = 10,
+        limit: Annotated[int, typer.Option(min=0, help="Flow runs in flight at most (0: no limit). Not with "
+                                                       "approve-mode jobs: Prefect 3.8.8's worker crashes when a "
+                                                       "resumed run comes back while its slot is still held")] = 0,
     ) -> None:
         """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved)."""
         from deployments.prefork import run_worker
@@ -533,13 +535,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         prefork: Annotated[bool, typer.Option(help="Worker with the preloaded process (`daedalus worker`)")] = True,
         background: Annotated[bool, typer.Option(help="Deploy the background flows too (a recovery monitor "
                                                       "follows every rescale)")] = True,
+        postgres: Annotated[bool, typer.Option(help="The server's database in a throwaway PostgreSQL cluster "
+                                                    "(Debian `postgresql`) instead of SQLite")] = False,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
         keep: Annotated[Path | None, typer.Option(help="Keep the server home and store here")] = None,
     ) -> None:
         """Can one local server and one process worker keep up with N jobs every minute? Start delays and backlog."""
         from deployments.ops_bench import run_schedule_bench, schedule_table
 
-        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background)
+        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background, postgres)
         out.print(schedule_table(report))
         if json_out:
             json_out.write_text(json.dumps(report, indent=2))

@@ -5,6 +5,7 @@ form calls, and the deployments, runs, artifacts and ledgers are checked. About 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.slow
 POOL = "ops-test"
 DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 APPROVED_AT = 10  # the loops propose 12 → 11 on their first run (checked in test_ops_approval); the operator picks 10
+MANUAL_AT = 9
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Scenario:
     proposals: dict[str, str] = field(default_factory=dict)  # job → proposal id
     approval_runs: dict[str, str] = field(default_factory=dict)  # job → approve-scale flow run id
     refused: dict[str, Any] = field(default_factory=dict)  # the server's answer to an out-of-limits approval
+    manual_runs: dict[int, str] = field(default_factory=dict)  # parallelism → scale-job flow run id
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
         """A REST call, retried on 503 (SQLite busy) as Prefect's own client and the UI do."""
@@ -118,11 +121,20 @@ def _answer(s: Scenario) -> None:
           json={"run_input": {**body, "parallelism": APPROVED_AT}})
     s.api("POST", f"/flow_runs/{s.approval_runs['clicks']}/resume",
           json={"run_input": {"decision": "reject", "parallelism": 11, "operator": "bob", "reason": "peak ahead"}})
+    # A manual action from the scale-job deployment (the UI's "Run" form), and one outside the limits.
+    scale_job = next(d for d in s.api("POST", "/deployments/filter", json={"limit": 50}) if d["name"] == "scale-job")
+    for parallelism in (MANUAL_AT, 40):
+        run = s.api("POST", f"/deployments/{scale_job['id']}/create_flow_run", json={"parameters": {
+            "job": "clicks", "parallelism": parallelism, "reason": "load test", "operator": "carol"}})
+        s.manual_runs[parallelism] = run["id"]
 
     def settled() -> bool:
-        ads = KnowledgeStore(s.store).load("ads").knowledge.entry(s.proposals["ads"])
-        clicks = KnowledgeStore(s.store).load("clicks").knowledge.entry(s.proposals["clicks"])
-        return ads.state == "executed" and clicks.state == "rejected"
+        ads = KnowledgeStore(s.store).load("ads").knowledge
+        clicks = KnowledgeStore(s.store).load("clicks").knowledge
+        manual = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
+        return (ads.entry(s.proposals["ads"]).state == "executed" and
+                clicks.entry(s.proposals["clicks"]).state == "rejected" and
+                bool(manual) and manual[-1].state == "executed")
 
     wait_for("the loops to apply the answers", settled, 240, s.server)
 
@@ -160,6 +172,17 @@ def test_the_schedules_ran_the_loops_and_the_approvals_completed(scenario):
     approvals = {r["id"]: r for r in _runs(scenario, "approve-scale")}
     for run_id in scenario.approval_runs.values():
         assert approvals[run_id]["state"]["type"] == "COMPLETED"
+
+
+def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
+    runs = {r["id"]: r for r in _runs(scenario, "scale-job")}
+    refused = runs[scenario.manual_runs[40]]["state"]
+    assert refused["type"] == "FAILED" and "parallelism 40 is outside the job's limits [1, 12]" in refused["message"]
+    assert runs[scenario.manual_runs[MANUAL_AT]]["state"]["type"] == "COMPLETED"
+    clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
+    (entry,) = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
+    assert (entry.current, entry.target, entry.state) == (12, MANUAL_AT, "executed")
+    assert "manual-clicks" in {a["key"] for a in scenario.api("POST", "/artifacts/filter", json={"limit": 200})}
 
 
 def test_the_ledgers_record_who_answered_and_what_happened(scenario):
@@ -233,18 +256,74 @@ def test_prefect_deploy_all_over_a_generated_prefect_yaml(scenario, tmp_path):
     assert d["parameters"]["job"] == "from-yaml" and d["work_pool_name"] == "yaml-pool"
 
 
+async def _artifacts_tab_html(ws_url: str, url: str, expect: str, timeout_s: float = 60.0) -> str:
+    """Drive the page over the DevTools protocol: open the flow run, click its Artifacts tab, bring the artifact
+    list into view (it renders only visible rows) and return the page's HTML once `expect` is on it."""
+    import json
+
+    import websockets
+
+    async with websockets.connect(ws_url, max_size=None) as ws:
+        counter = iter(range(1, 1_000_000))
+
+        async def call(method: str, **params: Any) -> dict:
+            mid = next(counter)
+            await ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+            while True:
+                msg = json.loads(await ws.recv())
+                if msg.get("id") == mid:
+                    return msg.get("result", {})
+
+        async def js(expression: str) -> Any:
+            result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
+            return result.get("result", {}).get("value")
+
+        await call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not await js("!!document.getElementById('artifacts')"):
+            await asyncio.sleep(0.5)
+        await js("document.getElementById('artifacts').click()")
+        html = ""
+        while time.monotonic() < deadline and expect not in html:
+            await asyncio.sleep(0.5)
+            await js("document.querySelectorAll('.p-virtual-scroller').forEach(e => e.scrollIntoView())")
+            html = await js("document.documentElement.outerHTML") or ""
+        return html
+
+
 def test_the_ui_shows_the_decision_artifact_on_the_flow_runs_artifacts_page(scenario, tmp_path):
+    import json
+    import urllib.request
+
+    from deployments.local_prefect import free_port
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("headless Chromium is not installed: Debian package `chromium` (scripts/system-deps.sh)")
     run = next(r for r in _runs(scenario, "mape-k") if r["state"]["type"] == "COMPLETED"
                and r["parameters"]["job"] == "ads")
-    url = f"{scenario.server.ui_url}/runs/flow-run/{run['id']}?tab=Artifacts"
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=30000",
-           "--window-size=1400,1000", "--dump-dom", url]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "HOME": str(tmp_path)}).stdout
-    assert "artifact-card" in dom, f"the artifacts page did not render: {dom[:2000]}"
-    assert "decision-ads" in dom
+    port = free_port()
+    browser = subprocess.Popen(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+         f"--user-data-dir={tmp_path / 'chromium'}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
+         "--window-size=1400,3000", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp_path)})
+    try:
+        targets: list[dict] = []
+        for _ in range(150):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
+                    targets = json.load(r)
+                break
+            except OSError:
+                time.sleep(0.2)
+        page = next(t for t in targets if t["type"] == "page")
+        url = f"{scenario.server.ui_url}/runs/flow-run/{run['id']}"
+        html = asyncio.run(_artifacts_tab_html(page["webSocketDebuggerUrl"], url, "decision-ads"))
+    finally:
+        browser.terminate()
+        browser.wait(20)
+    (tmp_path / "artifacts-tab.html").write_text(html)
+    assert "flow-run-artifacts" in html, f"the flow run's Artifacts tab did not render: {html[:1500]}"
+    assert "artifact-card" in html and "decision-ads" in html
