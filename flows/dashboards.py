@@ -1,10 +1,10 @@
 """Dashboards for the Prefect UI: per-job artifacts with stable keys (so the UI keeps their history) and a fleet view.
 
-Each loop run publishes, besides the capacity, decision and forecast artifacts of tasks/publish.py:
+Each loop run publishes, in its one `publish` task, the decision artifact of tasks/publish.py, and with news
+(an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
 - `ledger-<job>`: the scaling ledger with predicted and observed recovery times (when the ledger changed);
 - `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
-  markdown (the UI renders markdown images; a data: URI needs no file server). Every `PLOT_EVERY` loops and
-  after every action, to keep the server's database small with many jobs.
+  markdown (the UI renders markdown images; a data: URI needs no file server).
 It also writes two small files next to the job's knowledge, owned by the loop: `status.json` (what the fleet
 overview and `daedalus status` show) and `forecasts.json` (the last two hours of forecasts, for the plot).
 The `fleet-overview` flow gathers every job's status into one `fleet-overview` table.
@@ -34,7 +34,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.store import DEFAULT_URL, check_job_name
 from models.forecast import wape
-from tasks.publish import artifact_key
+from tasks.publish import artifact_key, publish
 
 if TYPE_CHECKING:
     from flows.mape_k import Iteration
@@ -256,10 +256,17 @@ def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Foreca
 # --- publishing ----------------------------------------------------------------------------------
 
 
-@task(name="publish-dashboards", cache_policy=NO_CACHE)
-def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None) -> None:
-    """Status and forecast record for this job; ledger and forecast-plot artifacts when there is news."""
+@task(name="publish", cache_policy=NO_CACHE)
+def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
+                       version: int | None) -> None:
+    """The decision artifact; status and forecast record; the other artifacts when there is news.
+
+    News is an action, or every `PLOT_EVERY`th loop: with a hundred jobs each artifact each minute would be
+    the server's biggest write load.
+    """
     job = knowledge.job
+    news = knowledge.loops % PLOT_EVERY == 1 or it.action is not None
+    publish(job, it.analysis, it.decision, it.action, version, news)
     previous = read_status(store_url, job) or {}
     record = status_record(it, knowledge, mode, stop, time.time())
     history = record_forecast(_read_json(store_url, job, FORECASTS), it.analysis.forecast)
@@ -268,7 +275,7 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_table_artifact(key=artifact_key("ledger", job), table=ledger_rows(knowledge),
                               description=f"Scaling ledger of {job}: predicted and observed recovery times")
-    if knowledge.loops % PLOT_EVERY == 1 or it.action is not None:
+    if news:
         png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
         create_markdown_artifact(key=artifact_key("forecast-plot", job),
                                  markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),

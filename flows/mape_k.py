@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 from prefect.events import emit_event
 
 from connectors import targets
@@ -26,7 +25,6 @@ from tasks.execute import execute
 from tasks.lake import record_history
 from tasks.monitor import monitor, observe_or_hold
 from tasks.plan import plan
-from tasks.publish import publish
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,6 @@ def iterate(target: targets.Target, knowledge: Knowledge, phases: Phases,
     return Iteration(obs, a, d, action, loop_ms, tuple(applied.notes))
 
 
-@task(name="load-knowledge", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
 def load_knowledge(store: KnowledgeStore, target: targets.Target) -> tuple[Knowledge, int | None]:
     loaded = store.load(target.job)
     logger = get_run_logger()
@@ -112,11 +109,6 @@ def load_knowledge(store: KnowledgeStore, target: targets.Target) -> tuple[Knowl
         logger.info("no stored knowledge for %s: starting fresh", target.job)
         return Knowledge.new(target.job, target.config), None
     return loaded.knowledge, loaded.version
-
-
-@task(name="save-knowledge", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
-def save_knowledge(store: KnowledgeStore, knowledge: Knowledge) -> int:
-    return store.save(knowledge)
 
 
 RESCALED = "daedalus.job.rescaled"  # after every executed rescale → recovery-monitor flow
@@ -159,12 +151,11 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
     it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop)
     if lake_url:
         record_history(lake_url, it.observation)  # logs a failure, never raises
-    version = save_knowledge(store, knowledge)
+    version = store.save(knowledge)  # a failed save fails the run: the next one starts from the last version
     inbox.ack([path for path, _ in waiting])
     for note in it.notes:
         get_run_logger().info("%s: %s", job, note)
-    publish(job, it.analysis, it.decision, it.action, version)
-    publish_dashboards(it, knowledge, store_url, target.config.mode, stop)
+    publish_dashboards(it, knowledge, store_url, target.config.mode, stop, version)
     if it.action is not None and it.action.state == "proposed" and jobs_file is not None:
         request_approval(it, knowledge, store_url, jobs_file)
     emit_loop_events(job, it, knowledge, store_url, jobs_file)

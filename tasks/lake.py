@@ -1,4 +1,4 @@
-"""Lake tasks: the monitor's append of each loop's metrics, and compaction of small files."""
+"""The lake from the flows: the loop's append of each loop's metrics, and the compaction task."""
 
 from __future__ import annotations
 
@@ -9,19 +9,16 @@ from connectors.lake import CompactionReport, Lake
 from models.types import Observation
 
 
-@task(name="append-history", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=[2])
-def append_history(lake_url: str, obs: Observation) -> int:
-    """Append the loop's raw per-worker metrics to the lake; returns the rows written."""
-    written = Lake(lake_url).append(obs)
-    return len(written)
-
-
 def record_history(lake_url: str, obs: Observation) -> None:
-    """Append, and only log a failure: the metric history must never break the control loop."""
+    """Append the loop's raw per-worker metrics, and only log a failure: the history never breaks the loop.
+
+    A plain call, not a task: every task of the loop costs the Prefect server events and a row, each minute
+    for each job. The append is atomic, so a failure leaves nothing to clean up; the next loop appends again.
+    """
     if obs.timestamps.size == 0:
         return
     try:
-        append_history(lake_url, obs)
+        Lake(lake_url).append(obs)
     except Exception as exc:
         get_run_logger().warning("%s: could not append the loop's metrics to the lake %s (%s: %s); the loop goes on",
                                  obs.job, lake_url, type(exc).__name__, exc)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from models.types import Analysis, Decision, ScalingAction
 
@@ -57,11 +55,13 @@ def forecast_markdown(job: str, a: Analysis) -> str:
             f"- next 15 minutes: peak {a.forecast.peak:,.0f}/s\n")
 
 
-@task(name="publish-artifacts", cache_policy=NO_CACHE)
-def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None) -> None:
-    create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a),
-                          description=f"Capacity per scale-out of {job}")
+def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
+            news: bool = True) -> None:
+    """The decision every loop; capacity and forecast only with news (see `flows.dashboards.PLOT_EVERY`)."""
     create_markdown_artifact(key=artifact_key("decision", job), markdown=decision_markdown(job, a, d, action, version),
                              description=f"Decision of {job}: {d.kind} {d.current} → {d.target}")
-    create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
-                             description=f"Forecast of {job}")
+    if news:
+        create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a),
+                              description=f"Capacity per scale-out of {job}")
+        create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
+                                 description=f"Forecast of {job}")

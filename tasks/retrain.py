@@ -193,7 +193,6 @@ def retrain_fleet(lake: Lake, store_url: str | None, until: float, history_s: fl
                   holdout_s: float = HOLDOUT_S, jobs: list[str] | None = None,
                   spark_settings: SparkSettings | None = None) -> list[Outcome]:
     """Backtest a new forecaster for every job of the lake (or `jobs`) in parallel; nothing is posted here."""
-    from pyspark.sql import functions as F
 
     spark = session(spark_settings)
     store = KnowledgeStore(store_url) if store_url else None
@@ -204,9 +203,10 @@ def retrain_fleet(lake: Lake, store_url: str | None, until: float, history_s: fl
     read = read_lake(spark, lake, until - history_s, until, names, columns=("job", "timestamp", "workload"))
     history = step_history(read.rows, step_s)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    result = (history.repartition(partitions, "job").groupBy("job")
-              .applyInPandas(_fit_group(currents, holdout_s), schema=RESULT_SCHEMA)
-              .orderBy(F.col("job")).collect())
+    # Sorted on the driver: an orderBy would sample its input first, and so run every fit twice.
+    result = sorted(history.repartition(partitions, "job").groupBy("job")
+                    .applyInPandas(_fit_group(currents, holdout_s), schema=RESULT_SCHEMA).collect(),
+                    key=lambda r: r["job"])
     outcomes = [Outcome(r["job"], r["status"], r["old_wape"], r["new_wape"], r["fit_s"], r["steps"], r["model"] or "",
                         None if r["state"] is None else json.loads(r["state"]), r["error"] or "") for r in result]
     for job, uri, error in read.unreadable:

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import yaml
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from typer.testing import CliRunner
 
 from connectors.inbox import Inbox
@@ -17,10 +18,15 @@ from tests.ops.conftest import T0, with_proposal
 
 @pytest.fixture(autouse=True)
 def no_prefect_api(monkeypatch, tmp_path):
-    """No API configured: the commands must work from the store alone and never start a temporary server."""
+    """No API configured: the commands must work from the store alone and never start a temporary server.
+
+    The settings context too: a flow test earlier in the session leaves its temporary API configured there.
+    """
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     monkeypatch.setenv("COLUMNS", "250")
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        yield
 
 
 def run(*args: str):
