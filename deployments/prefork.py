@@ -163,6 +163,10 @@ def serve(path: Path) -> None:
     import importlib
 
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # One BLAS thread per run: a loop's matrices are small, and with dozens of runs in flight on a few cores
+    # extra threads only spin and contend (load average 60 on 2 cores when a fleet's first fits coincided).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     for name in PRELOAD:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, _reap)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from connectors.lake import DEFAULT_URL as DEFAULT_LAKE
 from connectors.store import DEFAULT_URL
+from deployments.ops_bench import POLL_S, WORKER_LIMIT
 from models.errors import DaedalusError
 
 console = Console(stderr=True)
@@ -539,11 +540,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                     "(Debian `postgresql`) instead of SQLite")] = False,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
         keep: Annotated[Path | None, typer.Option(help="Keep the server home and store here")] = None,
+        worker_limit: Annotated[int, typer.Option(min=0, help="The worker's --limit (0: none)")] = WORKER_LIMIT,
+        poll_seconds: Annotated[float, typer.Option(min=1, help="The worker's query interval "
+                                                           "(PREFECT_WORKER_QUERY_SECONDS)")] = POLL_S,
     ) -> None:
         """Can one local server and one process worker keep up with N jobs every minute? Start delays and backlog."""
         from deployments.ops_bench import run_schedule_bench, schedule_table
 
-        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background, postgres)
+        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background, postgres, worker_limit,
+                                    poll_seconds)
         out.print(schedule_table(report))
         if json_out:
             json_out.write_text(json.dumps(report, indent=2))

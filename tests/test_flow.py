@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from prefect.artifacts import Artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
+from prefect.client.schemas.sorting import FlowRunSort
 
 from connectors.store import KnowledgeStore
 from sim.runner import JOB, run
@@ -43,3 +48,21 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
     assert capacity is not None and '"scale_out": 12' in capacity.data
     assert Artifact.get(f"forecast-{JOB}") is not None
     assert np.isfinite(result.loop_ms[-1][1])
+
+    # Five tasks per run, the four phases and publish: each task costs the server events and a row per minute.
+    assert _task_names_of_first_run() == {"monitor", "analyze", "plan", "execute", "publish"}
+
+
+def _task_names_of_first_run(timeout_s: float = 60.0) -> set[str]:
+    """Task runs reach the API through events the server records asynchronously: wait for them."""
+    with get_client(sync_client=True) as client:
+        (first,) = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
+                                         sort=FlowRunSort.START_TIME_ASC, limit=1)
+        runs = FlowRunFilter(id=FlowRunFilterId(any_=[first.id]))
+        deadline, names = time.monotonic() + timeout_s, set()
+        while time.monotonic() < deadline:
+            names = {t.name.rsplit("-", 1)[0] for t in client.read_task_runs(flow_run_filter=runs)}
+            if {"monitor", "analyze", "plan", "execute", "publish"} <= names:
+                break
+            time.sleep(1)
+        return names
