@@ -198,8 +198,8 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
 def schedule_table(report: dict[str, Any]) -> Table:
     o = report["overall"]
     t = Table(title=f"{report['jobs']} jobs every minute for {report['minutes']:g} min, one worker "
-                    f"({'preloaded' if report['prefork'] else 'plain'}, limit {report.get('worker_limit') or 'none'}, "
-                    f"polling every {report.get('poll_s', POLL_S):g} s), {report['database']}, {report['cores']} cores")
+                    f"({'preloaded' if report['prefork'] else 'plain'}, limit {report['worker_limit'] or 'none'}, "
+                    f"polling every {report['poll_s']:g} s), {report['database']}, {report['cores']} cores")
     t.add_column("figure")
     t.add_column("value", justify="right")
     d, r = o["start_delay_s"], o["run_s"]

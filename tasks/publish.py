@@ -56,8 +56,8 @@ def forecast_markdown(job: str, a: Analysis) -> str:
 
 
 def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
-            news: bool = True) -> None:
-    """The decision every loop; capacity and forecast only with news (see `flows.dashboards.PLOT_EVERY`)."""
+            news: bool) -> None:
+    """The decision every loop; capacity and forecast only with news, which the caller's publish task judges."""
     create_markdown_artifact(key=artifact_key("decision", job), markdown=decision_markdown(job, a, d, action, version),
                              description=f"Decision of {job}: {d.kind} {d.current} → {d.target}")
     if news:

@@ -193,7 +193,6 @@ def retrain_fleet(lake: Lake, store_url: str | None, until: float, history_s: fl
                   holdout_s: float = HOLDOUT_S, jobs: list[str] | None = None,
                   spark_settings: SparkSettings | None = None) -> list[Outcome]:
     """Backtest a new forecaster for every job of the lake (or `jobs`) in parallel; nothing is posted here."""
-
     spark = session(spark_settings)
     store = KnowledgeStore(store_url) if store_url else None
     names = jobs if jobs is not None else lake.jobs()
