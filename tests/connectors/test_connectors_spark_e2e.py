@@ -99,12 +99,13 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
         obs, a = it.observation, it.analysis
         total = np.nansum(np.vstack([obs.throughput[w] for w in obs.workers]), axis=0) if obs.workers else []
         measured = float(np.mean(total)) if len(total) else math.nan
-        # Saturated: more than 3 s of input waiting at every step and processing below the input rate, so it
-        # processes as fast as it can. A job that only keeps pace with its input says nothing about its capacity.
+        # Saturated: more than 3 s of input waiting at every step and processing clearly (10 %) below the input
+        # rate, so it processes as fast as it can. A job that keeps pace with its input, draining a backlog a
+        # micro-batch at a time a few percent below the input rate, says nothing about its capacity.
         # Nor does the loop after a rescale: its window holds the restart, when the job processes nothing.
         restarted = i > 0 and loops[i - 1].action is not None and loops[i - 1].action.state == "executed"
         behind = (not restarted and obs.lag.size > 0 and np.nanmin(obs.lag) > 3 * np.nanmean(obs.workload)
-                  and measured < 0.98 * np.nanmean(obs.workload))
+                  and measured < 0.9 * np.nanmean(obs.workload))
         rows.append((a.scaleout, round(a.capacity(a.scaleout)), round(measured), bool(behind), a.holds))
     print("\nscale-out, capacity estimate, measured throughput, saturated, holds:", *rows, sep="\n  ")
     estimates = {}
