@@ -54,6 +54,25 @@ def _tree_cpu_s(pid: int) -> float:
     return _cpu_s(pid) + sum(_tree_cpu_s(c) for c in _children(pid))
 
 
+def _zygote(worker_pid: int) -> int | None:
+    """The preloaded process under `daedalus worker`: its tree is the flow runs' CPU."""
+    for pid in _children(worker_pid):
+        try:
+            if b"deployments.prefork\0serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _cpu_parts(server_pid: int, worker_pid: int, database_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the server, the worker with its runs, the runs alone (preloaded) and the database."""
+    zygote = _zygote(worker_pid)
+    return {"server": _tree_cpu_s(server_pid), "worker_and_runs": _tree_cpu_s(worker_pid),
+            "runs": 0.0 if zygote is None else _tree_cpu_s(zygote),
+            "database": 0.0 if database_pid is None else _tree_cpu_s(database_pid)}
+
+
 def _machine_busy() -> tuple[float, float]:
     parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = parts[3] + parts[4]
@@ -152,7 +171,8 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
                                      background)
         console.print(f"Deployed in {deploy_s:.1f} s")
         start = time.time()
-        cpu0 = {"server": _tree_cpu_s(server.server.pid), "worker": _tree_cpu_s(worker.pid)}
+        db_pid = None if database is None else database.pid
+        cpu0 = _cpu_parts(server.server.pid, worker.pid, db_pid)
         busy0 = _machine_busy()
         samples: list[dict[str, Any]] = []
         end = start + 60 * minutes
@@ -163,8 +183,8 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
             console.print(f"  minute {samples[-1]['minute']:.0f}: backlog {samples[-1]['backlog']}, "
                           f"running {samples[-1]['running']}")
         busy1 = _machine_busy()
-        cpu = {"server": _tree_cpu_s(server.server.pid) - cpu0["server"],
-               "worker_and_runs": _tree_cpu_s(worker.pid) - cpu0["worker"]}
+        cpu1 = _cpu_parts(server.server.pid, worker.pid, db_pid)
+        cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
         time.sleep(20)  # let the last runs finish before counting them
         runs = asyncio.run(_runs("mape-k", start, end))
         settle = 120.0  # runs scheduled before the worker was warm are not counted
@@ -177,6 +197,7 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
         completed = sum(1 for r in runs if r.state and r.state.is_completed())  # the CPU was measured over all
         return {
             "cpu_s_per_completed_run": round((cpu["server"] + cpu["worker_and_runs"]) / max(1, completed), 3),
+            "cpu_s_per_completed_run_by_part": {k: round(v / max(1, completed), 3) for k, v in cpu.items()},
             "jobs": jobs, "minutes": minutes, "prefork": prefork, "background": background,
             "worker_limit": worker_limit, "poll_s": poll_s,
             "database": "postgresql" if postgres else "sqlite",
@@ -203,6 +224,7 @@ def schedule_table(report: dict[str, Any]) -> Table:
     t.add_column("figure")
     t.add_column("value", justify="right")
     d, r = o["start_delay_s"], o["run_s"]
+    by_part = report["cpu_s_per_completed_run_by_part"]
     rows = [
         ("runs due (after 2 min warm-up)", str(o["due"])),
         ("states", ", ".join(f"{k} {v}" for k, v in sorted(o["states"].items()))),
@@ -212,6 +234,8 @@ def schedule_table(report: dict[str, Any]) -> Table:
         ("CPU: server / worker + runs (% of one core)", "{server} / {worker_and_runs}".format(
             **report["cpu_percent_of_one_core"])),
         ("CPU-seconds per completed loop run (server + worker + run)", str(report["cpu_s_per_completed_run"])),
+        ("  of which server / worker / run / database", "{server} / {worker} / {runs} / {database}".format(
+            **by_part, worker=round(by_part["worker_and_runs"] - by_part["runs"], 3))),
         ("machine busy (all processes, other work included)", f"{report['machine_busy_percent']} %"),
         ("deploy time", f"{report['deploy_s']} s"),
     ]

@@ -61,13 +61,15 @@ def _fail(exc: Exception) -> None:
 
 
 def _run_sim(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
-             orchestrated: bool, description: str) -> tuple[Any, dict[str, Any]]:
+             orchestrated: bool, description: str, loop_overrides: dict[str, float] | None = None
+             ) -> tuple[Any, dict[str, Any]]:
     from models import policies
     from sim.report import score
     from sim.runner import run
     from sim.scenario import scenario
 
-    sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed)
+    sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed,
+                                                 loop_overrides)
     with _progress() as progress:
         bar = progress.add_task(description, total=None)
         result = run(workload, policies.make(policy, max_scaleout), sim_config, loop_config, seed=seed,
@@ -86,6 +88,10 @@ def simulate(
     seed: Annotated[int, typer.Option()] = 0,
     hours: Annotated[float | None, typer.Option(min=0.1, help="Run length; multi-day traces are compressed")] = None,
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
+    target_recovery: Annotated[float | None, typer.Option(
+        min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")] = None,
+    scale_in_interval: Annotated[float | None, typer.Option(
+        min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")] = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
     from models import policies
@@ -95,7 +101,8 @@ def simulate(
         _fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
         values = load_workload(workload, hours=hours)
-        _, report = _run_sim(values, policy, max_scaleout, peak_utilization, seed, prefect, workload.name)
+        _, report = _run_sim(values, policy, max_scaleout, peak_utilization, seed, prefect, workload.name,
+                             cli_bench.loop_overrides(target_recovery, scale_in_interval))
     except DaedalusError as exc:
         _fail(exc)
     report["workload"] = str(workload)

@@ -71,6 +71,12 @@ def _policies_table(summary: dict[str, Any]) -> Table:
     return t
 
 
+def loop_overrides(target_recovery: float | None, scale_in_interval: float | None) -> dict[str, float]:
+    """The Daedalus loop settings given on the command line (LoopConfig field names)."""
+    given = {"target_recovery_s": target_recovery, "scale_in_interval_s": scale_in_interval}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the `bench` group."""
 
@@ -84,6 +90,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all)")] = None,
         max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
         peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
+        target_recovery: Annotated[float | None, typer.Option(
+            min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")] = None,
+        scale_in_interval: Annotated[float | None, typer.Option(
+            min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")] = None,
     ) -> None:
         """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
         from sim.bench_policies import POLICIES, resolve_workloads, run_benchmark
@@ -95,6 +105,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 summary = run_benchmark(
                     chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                     processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
+                    loop_overrides=loop_overrides(target_recovery, scale_in_interval),
                     on_start=lambda n: progress.update(bar, total=n),
                     on_done=lambda r: _advance(progress, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
                 )

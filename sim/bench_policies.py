@@ -12,7 +12,7 @@ import json
 import math
 import multiprocessing
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -111,7 +111,8 @@ class Case:
     seed: int
 
 
-def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float) -> dict[str, Any]:
+def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float,
+             loop_overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One simulated run, scored, with the series the figures need (a process-pool task)."""
     from models import policies
     from sim.report import score
@@ -119,7 +120,7 @@ def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization
     from sim.scenario import scenario
 
     started = time.process_time()
-    sim_config, loop_config, workload = scenario(values, max_scaleout, peak_utilization, case.seed)
+    sim_config, loop_config, workload = scenario(values, max_scaleout, peak_utilization, case.seed, loop_overrides)
     result = run(workload, policies.make(case.policy, max_scaleout), sim_config, loop_config, seed=case.seed)
     report = score(result)
     report["forecaster_retrains"] = result.retrains
@@ -163,12 +164,13 @@ def run_all(
     peak_utilization: float,
     processes: int,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    loop_overrides: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the cases in `processes` worker processes (1: in this process); `on_done` after each."""
     results: list[dict[str, Any]] = []
     if processes <= 1:
         for case in cases:
-            results.append(run_case(case, traces[case.workload], max_scaleout, peak_utilization))
+            results.append(run_case(case, traces[case.workload], max_scaleout, peak_utilization, loop_overrides))
             if on_done:
                 on_done(results[-1])
         return results
@@ -176,7 +178,8 @@ def run_all(
     with ProcessPoolExecutor(processes, mp_context=context, initializer=_limit_threads) as pool:
         # The slow Daedalus runs first, so the pool does not end waiting on one of them.
         ordered = sorted(cases, key=lambda c: c.policy != "daedalus")
-        futures = [pool.submit(run_case, c, traces[c.workload], max_scaleout, peak_utilization) for c in ordered]
+        futures = [pool.submit(run_case, c, traces[c.workload], max_scaleout, peak_utilization, loop_overrides)
+                   for c in ordered]
         for future in as_completed(futures):
             results.append(future.result())
             if on_done:
@@ -324,9 +327,13 @@ def run_benchmark(
     peak_utilization: float = 0.9,
     on_start: Callable[[int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    loop_overrides: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Run every case, write `policies.json`, `policies.md` and one figure per workload into `out`."""
+    """Run every case, write `policies.json`, `policies.md` and one figure per workload into `out`.
+
+    `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none)."""
     from models import policies as registry
+    from models.config import LoopConfig
     from sim.bench_plot import plot_workload
     from sim.report import SLO_S
     from sim.simulator import SimConfig
@@ -338,13 +345,15 @@ def run_benchmark(
     cases = [Case(p, w.name, s) for w in workloads for p in policies for s in seeds]
     if on_start:
         on_start(len(cases))
-    results = run_all(cases, traces, max_scaleout, peak_utilization, processes, on_done)
+    results = run_all(cases, traces, max_scaleout, peak_utilization, processes, on_done, loop_overrides)
     table = aggregate(results)
     groups = {w.name: w.group for w in workloads}
     summary: dict[str, Any] = {
         "settings": {
             "max_scaleout": max_scaleout, "peak_utilization": peak_utilization, "seeds": list(seeds),
             "policies": list(policies), "slo_s": SLO_S, "decision_interval_s": 60,
+            "daedalus_loop": {k: v for k, v in asdict(LoopConfig(**(loop_overrides or {}))).items()
+                              if k in ("target_recovery_s", "scale_in_interval_s", "grace_s", "recent_rescale_s")},
             "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": str(w.path), "group": w.group, "hours": w.hours} for w in workloads},
         },

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from models.config import LoopConfig
@@ -10,10 +12,14 @@ from sim.workloads import rescale_to_peak
 
 
 def scenario(workload: np.ndarray, max_scaleout: int = 12, peak_utilization: float = 0.9, seed: int = 0,
-             **sim_overrides: float) -> tuple[SimConfig, LoopConfig, np.ndarray]:
-    """Settings for a run whose workload peaks at `peak_utilization` × true capacity at `max_scaleout`."""
+             loop_overrides: Mapping[str, float] | None = None, **sim_overrides: float
+             ) -> tuple[SimConfig, LoopConfig, np.ndarray]:
+    """Settings for a run whose workload peaks at `peak_utilization` × true capacity at `max_scaleout`.
+
+    `loop_overrides` change LoopConfig fields (the planner's recovery-time target, scale-in interval…)."""
     sim_config = SimConfig(max_scaleout=max_scaleout, **sim_overrides)
     probe = Simulator(np.zeros(1), sim_config, seed=seed)
     peak = peak_utilization * probe.true_capacity(max_scaleout)
-    loop_config = LoopConfig(max_parallelism=max_scaleout, checkpoint_interval_s=sim_config.checkpoint_interval_s)
+    loop_config = LoopConfig(max_parallelism=max_scaleout, checkpoint_interval_s=sim_config.checkpoint_interval_s,
+                             **(loop_overrides or {}))
     return sim_config, loop_config, rescale_to_peak(workload, peak)
