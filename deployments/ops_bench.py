@@ -28,6 +28,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 # jobs then fall behind with the machine half idle. 30 runs in flight and a 3 s poll keep up (README).
 WORKER_LIMIT = 30
 POLL_S = 3.0
+SETTLE_S = 120.0  # runs scheduled before the worker was warm are not counted
 
 
 def _cpu_s(pid: int) -> float:
@@ -130,6 +131,14 @@ async def _sample(flow_name: str, now: float) -> dict[str, int]:
     return {"backlog": backlog, "running": running}
 
 
+def _cpu_between(samples: list[dict[str, Any]], m0: float, m1: float) -> float | None:
+    """CPU-seconds (server, worker with runs, database) used between the samples nearest minutes m0 and m1."""
+    at = {round(s["minute"]): s["cpu_s"] for s in samples}
+    at[0] = 0.0
+    a, b = at.get(round(m0)), at.get(round(m1))
+    return None if a is None or b is None else b - a
+
+
 def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
     """Runs that came due in [since, until): how many of each state, how late they started, how long they took."""
     due = [r for r in runs if r.expected_start_time and since <= r.expected_start_time.timestamp() < until]
@@ -179,7 +188,10 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
         while time.time() < end:
             time.sleep(min(60.0, max(0.0, end - time.time())))
             now = time.time()
-            samples.append({"minute": round((now - start) / 60, 1), **asyncio.run(_sample("mape-k", now))})
+            used = _cpu_parts(server.server.pid, worker.pid, db_pid)
+            samples.append({"minute": round((now - start) / 60, 1), **asyncio.run(_sample("mape-k", now)),
+                            "cpu_s": round(sum(used[k] - cpu0[k] for k in ("server", "worker_and_runs", "database")),
+                                           1)})
             console.print(f"  minute {samples[-1]['minute']:.0f}: backlog {samples[-1]['backlog']}, "
                           f"running {samples[-1]['running']}")
         busy1 = _machine_busy()
@@ -187,12 +199,14 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
         cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
         time.sleep(20)  # let the last runs finish before counting them
         runs = asyncio.run(_runs("mape-k", start, end))
-        settle = 120.0  # runs scheduled before the worker was warm are not counted
         segments = []
         for s0 in range(0, int(minutes), 10):
-            a, b = start + settle + 60 * s0, min(start + 60 * min(s0 + 10, minutes), end)
+            a, b = start + max(SETTLE_S, 60 * s0), min(start + 60 * min(s0 + 10, minutes), end)
             if b > a:
-                segments.append({"from_minute": s0, "to_minute": min(s0 + 10, minutes), **summarise(runs, a, b)})
+                seg = summarise(runs, a, b)
+                used = _cpu_between(samples, (a - start) / 60, (b - start) / 60)
+                segments.append({"from_minute": s0, "to_minute": min(s0 + 10, minutes), **seg,
+                                 "cpu_s_per_run": None if used is None else round(used / max(1, seg["due"]), 3)})
         elapsed = end - start
         completed = sum(1 for r in runs if r.state and r.state.is_completed())  # the CPU was measured over all
         return {
@@ -203,7 +217,7 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
             "database": "postgresql" if postgres else "sqlite",
             "deploy_s": round(deploy_s, 2),
             "started": datetime.fromtimestamp(start, UTC).isoformat(),
-            "overall": summarise(runs, start + settle, end), "segments": segments, "backlog": samples,
+            "overall": summarise(runs, start + SETTLE_S, end), "segments": segments, "backlog": samples,
             "cpu_percent_of_one_core": {k: round(100 * v / elapsed, 1) for k, v in cpu.items()},
             "machine_busy_percent": round(100 * (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1]), 1),
             "cores": os.cpu_count(), "scheduler_errors": len(server.scheduler_errors()),
@@ -226,7 +240,7 @@ def schedule_table(report: dict[str, Any]) -> Table:
     d, r = o["start_delay_s"], o["run_s"]
     by_part = report["cpu_s_per_completed_run_by_part"]
     rows = [
-        ("runs due (after 2 min warm-up)", str(o["due"])),
+        (f"runs due (after {SETTLE_S / 60:g} min warm-up)", str(o["due"])),
         ("states", ", ".join(f"{k} {v}" for k, v in sorted(o["states"].items()))),
         ("start delay p50 / p95 / max", f"{d['p50']} / {d['p95']} / {d['max']} s"),
         ("loop run time p50 / p95", f"{r['p50']} / {r['p95']} s"),
@@ -241,8 +255,9 @@ def schedule_table(report: dict[str, Any]) -> Table:
     ]
     for seg in report["segments"]:
         sd = seg["start_delay_s"]
-        rows.append((f"minutes {seg['from_minute']}–{seg['to_minute']:g}: due, delay p50/p95",
-                     f"{seg['due']}, {sd['p50']} / {sd['p95']} s"))
+        first = max(SETTLE_S / 60, seg["from_minute"])
+        rows.append((f"minutes {first:g}–{seg['to_minute']:g}: due, delay p50/p95, CPU-s per run",
+                     f"{seg['due']}, {sd['p50']} / {sd['p95']} s, {seg['cpu_s_per_run']}"))
     for row in rows:
         t.add_row(*row)
     return t
