@@ -88,10 +88,8 @@ def simulate(
     seed: Annotated[int, typer.Option()] = 0,
     hours: Annotated[float | None, typer.Option(min=0.1, help="Run length; multi-day traces are compressed")] = None,
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
-    target_recovery: Annotated[float | None, typer.Option(
-        min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")] = None,
-    scale_in_interval: Annotated[float | None, typer.Option(
-        min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")] = None,
+    target_recovery: cli_bench.TargetRecovery = None,
+    scale_in_interval: cli_bench.ScaleInInterval = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
     from models import policies

@@ -71,6 +71,13 @@ def _policies_table(summary: dict[str, Any]) -> Table:
     return t
 
 
+# The Daedalus loop settings `bench policies` and `simulate` take, as LoopConfig overrides (loop_overrides below).
+TargetRecovery = Annotated[float | None, typer.Option(
+    min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")]
+ScaleInInterval = Annotated[float | None, typer.Option(
+    min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")]
+
+
 def loop_overrides(target_recovery: float | None, scale_in_interval: float | None) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
     given = {"target_recovery_s": target_recovery, "scale_in_interval_s": scale_in_interval}
@@ -90,10 +97,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all)")] = None,
         max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
         peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
-        target_recovery: Annotated[float | None, typer.Option(
-            min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")] = None,
-        scale_in_interval: Annotated[float | None, typer.Option(
-            min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")] = None,
+        target_recovery: TargetRecovery = None,
+        scale_in_interval: ScaleInInterval = None,
     ) -> None:
         """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
         from sim.bench_policies import POLICIES, resolve_workloads, run_benchmark
