@@ -14,8 +14,8 @@ from dataclasses import asdict
 
 import fsspec
 
-from connectors.store import DEFAULT_URL, check_job_name
-from models.control import ControlMessage
+from daedalus.connectors.store import DEFAULT_URL, check_job_name
+from daedalus.models.control import ControlMessage
 
 
 class Inbox:

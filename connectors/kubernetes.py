@@ -28,7 +28,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from models.errors import ConfigurationError, ConnectorError
+from daedalus.models.errors import ConfigurationError, ConnectorError
 
 ANNOTATION = "daedalus.io/decision"
 SCALE_OUT_ANNOTATION = "daedalus.io/scale-out"

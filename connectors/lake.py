@@ -35,9 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connectors.store import check_job_name
-from models.errors import ValidationError
-from models.types import Observation
+from daedalus.connectors.store import check_job_name
+from daedalus.models.errors import ValidationError
+from daedalus.models.types import Observation
 
 __all__ = [
     "COLUMNS",

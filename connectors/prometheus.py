@@ -22,9 +22,9 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from connectors.promql import JOB_KEYS, WORKER_KEYS, WORKER_LABEL, QuerySet
-from models.errors import ConfigurationError, ConnectorError
-from models.types import Observation
+from daedalus.connectors.promql import JOB_KEYS, WORKER_KEYS, WORKER_LABEL, QuerySet
+from daedalus.models.errors import ConfigurationError, ConnectorError
+from daedalus.models.types import Observation
 
 FIRST_WINDOW_S = 600.0  # with no previous loop, look back this far (as the simulator does)
 RETRY_STATUS = (429, 500, 502, 503, 504)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from models.errors import ConfigurationError
+from daedalus.models.errors import ConfigurationError
 
 WORKER_LABEL = "pod"
 JOB_KEYS = ("workload", "lag", "parallelism", "uptime")

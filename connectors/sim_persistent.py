@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from connectors.store import check_job_name
-from deployments.jobs import JobSpec, SimSettings
-from models.errors import ConfigurationError, ConnectorError
-from models.types import Observation
-from sim.scenario import scenario
-from sim.simulator import Simulator
-from sim.workloads import load_workload, sine_workload
+from daedalus.connectors.jobs import JobSpec, SimSettings
+from daedalus.connectors.store import check_job_name
+from daedalus.models.errors import ConfigurationError, ConnectorError
+from daedalus.models.types import Observation
+from daedalus.sim.scenario import scenario
+from daedalus.sim.simulator import Simulator
+from daedalus.sim.workloads import load_workload, sine_workload
 
 FORMAT = 1
 HISTORY_S = 600  # seconds of history kept: a first loop observes 600 s, later ones the minutes since the last

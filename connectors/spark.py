@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from connectors.lake import COLUMNS as LAKE_COLUMNS
-from connectors.lake import FILE_SCHEMA as LAKE_FILE_SCHEMA
-from connectors.lake import Lake, schema_problems
-from models.errors import ConfigurationError
+from daedalus.connectors.lake import COLUMNS as LAKE_COLUMNS
+from daedalus.connectors.lake import FILE_SCHEMA as LAKE_FILE_SCHEMA
+from daedalus.connectors.lake import Lake, schema_problems
+from daedalus.models.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

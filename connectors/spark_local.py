@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from connectors.spark_stream import read_json, write_json
-from models.errors import ConfigurationError, ConnectorError
+from daedalus.models.errors import ConfigurationError, ConnectorError
+from daedalus.runtime.spark_stream import read_json, write_json
 
 
 class SparkLocalScaler:
-    """Scaler for a local streaming job started with `python -m connectors.spark_stream WORKDIR ...`."""
+    """Scaler for a local streaming job started with `python -m daedalus.runtime.spark_stream WORKDIR ...`."""
 
     def __init__(self, workdir: str | Path, ready_timeout_s: float = 120.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -34,14 +34,14 @@ class SparkLocalScaler:
         path = spec.scale_target.path
         if not path:
             raise ConfigurationError(f"job {spec.name!r}: field scale_target.path: a spark-local target needs the "
-                                     "job's working folder (where `python -m connectors.spark_stream` runs)")
+                                     "job's working folder (where `python -m daedalus.runtime.spark_stream` runs)")
         return cls(path, spec.scale_target.ready_timeout)
 
     def _state(self) -> dict[str, Any]:
         state = read_json(self.workdir / "state.json")
         if state is None:
             raise ConnectorError(f"spark-local job in {self.workdir}: no readable state.json; is it running? "
-                                 f"(python -m connectors.spark_stream {self.workdir} ...)")
+                                 f"(python -m daedalus.runtime.spark_stream {self.workdir} ...)")
         return state
 
     def current(self, job: str) -> int:

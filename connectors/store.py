@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import fsspec
 
-from models.errors import ConfigurationError, KnowledgeError
-from models.knowledge import Knowledge
+from daedalus.models.errors import ConfigurationError, KnowledgeError
+from daedalus.models.knowledge import Knowledge
 
 log = logging.getLogger(__name__)
 

@@ -1,49 +1,16 @@
-"""What a control loop talks to: a metrics source, a scaler and a clock, behind narrow protocols.
+"""Where a control-loop run finds its job: a Target built from the jobs file, or one registered in-process.
 
-Connectors for Prometheus and Kubernetes implement the same protocols as the embedded simulator, so the
-tasks never know which one they drive. Targets are registered per job name; a flow run looks its job up.
+Engines map to metrics sources and scale-target kinds to scalers; a registry fails with the known names.
+Connectors are imported lazily so a simulated installation needs no cluster libraries at import time.
+In-process targets (simulations, tests) are registered per job name; a flow run looks its job up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
-
-from models.clock import Clock
-from models.config import LoopConfig
-from models.errors import ConfigurationError
-from models.types import Observation
-
-
-class MetricsSource(Protocol):
-    def observe(self, job: str, since: float | None, until: float) -> Observation:
-        """Samples with since < timestamp ≤ until (the whole recent window when since is None)."""
-        ...
-
-
-class Scaler(Protocol):
-    def current(self, job: str) -> int:
-        """The job's current scale-out as the platform reports it."""
-        ...
-
-    def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
-        """Apply (or validate, with dry_run) a new scale-out; returns a message for the ledger.
-
-        Raises ConnectorError when the platform refuses.
-        """
-        ...
-
-
-@dataclass
-class Target:
-    """Everything a control-loop run needs to reach one streaming job."""
-
-    job: str
-    metrics: MetricsSource
-    scaler: Scaler
-    clock: Clock
-    config: LoopConfig = field(default_factory=LoopConfig)
-
+from daedalus.connectors.clock import WallClock
+from daedalus.connectors.jobs import JobSpec, load_jobs
+from daedalus.models.errors import ConfigurationError
+from daedalus.models.ports import MetricsSource, Scaler, Target
 
 _REGISTRY: dict[str, Target] = {}
 
@@ -62,3 +29,52 @@ def get(job: str) -> Target:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise ConfigurationError(f"no target registered for job {job!r}; known: {known}") from None
+
+
+def metrics_source(spec: JobSpec, store_url: str) -> MetricsSource:
+    if spec.engine in ("flink", "kafka-streams", "spark"):
+        from daedalus.connectors.prometheus import PrometheusSource
+
+        return PrometheusSource.from_spec(spec)
+    if spec.engine == "sim":
+        from daedalus.connectors.sim_persistent import PersistentSimulatedJob
+
+        return PersistentSimulatedJob.from_spec(spec, store_url)
+    raise ConfigurationError(f"job {spec.name!r}: no engine {spec.engine!r}; known: flink, kafka-streams, spark, sim")
+
+
+def scaler(spec: JobSpec, store_url: str) -> Scaler:
+    kind = spec.scale_target.kind
+    if kind in ("Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication"):
+        from daedalus.connectors.kubernetes import KubernetesScaler
+
+        return KubernetesScaler.from_spec(spec)
+    if kind == "spark-local":
+        from daedalus.connectors.spark_local import SparkLocalScaler
+
+        return SparkLocalScaler.from_spec(spec)
+    if kind == "sim":
+        from daedalus.connectors.sim_persistent import PersistentSimulatedJob
+
+        return PersistentSimulatedJob.from_spec(spec, store_url)
+    raise ConfigurationError(
+        f"job {spec.name!r}: no scale target kind {kind!r}; known: Deployment, FlinkDeployment, "
+        "SparkApplication, StatefulSet, sim, spark-local"
+    )
+
+
+def build_target(spec: JobSpec, store_url: str) -> Target:
+    """The target a deployed `mape-k` run drives for this job."""
+    source = metrics_source(spec, store_url)
+    scale = source if spec.engine == "sim" else scaler(spec, store_url)
+    clock = source if spec.engine == "sim" else WallClock()
+    return Target(spec.name, metrics=source, scaler=scale, clock=clock, config=spec.loop_config())  # type: ignore[arg-type]
+
+
+def resolve(job: str, store_url: str, jobs_file: str | None) -> tuple[Target, JobSpec | None]:
+    """A registered in-process target (simulation, tests) or one built from the jobs file (deployments),
+    with the job's entry: the jobs file is read once per run."""
+    if jobs_file is None:
+        return get(job), None
+    spec = load_jobs(jobs_file).job(job)
+    return build_target(spec, store_url), spec

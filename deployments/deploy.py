@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import yaml
 from prefect.schedules import Interval, Schedule
 
-from deployments.jobs import JobsFile, JobSpec
-from models.errors import ConfigurationError
+from daedalus.connectors.jobs import JobsFile, JobSpec
+from daedalus.models.errors import ConfigurationError
 
 DEFAULT_POOL = "daedalus"
 LOOP_INTERVAL_S = 60
@@ -102,7 +102,7 @@ LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
 
 def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
-    from flows.mape_k import mape_k
+    from daedalus.flows.mape_k import mape_k
 
     return Planned(
         flow=mape_k, name=spec.name,
@@ -118,8 +118,8 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
 
 def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str, Any] | None = None
                          ) -> list[Planned]:
-    from flows.approval import approve_scale, scale_job
-    from flows.dashboards import fleet_overview
+    from daedalus.flows.approval import approve_scale, scale_job
+    from daedalus.flows.dashboards import fleet_overview
 
     where = {"store_url": store_url, "jobs_file": jobs_file}
     jv = dict(job_variables or {})
@@ -158,27 +158,28 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
     where = {"store_url": store_url, "jobs_file": jobs_file, "lake_url": lake_url}
     jv = dict(job_variables or {})
     try:
-        background = importlib.import_module("flows.background")
+        background = importlib.import_module("daedalus.flows.background")
         flows = _flows_of(background)
         for name, triggers in background.triggers(lake_url=lake_url).items():
             planned.append(Planned(flow=flows[name], name=name, parameters={}, tags=(TAG, "background"),
                                    description=flows[name].description or "", triggers=tuple(triggers),
                                    job_variables=jv))
     except ModuleNotFoundError as exc:
-        if exc.name != "flows.background":
+        if exc.name != "daedalus.flows.background":
             raise
-        notes.append("flows.background is not installed: recovery-monitor and retrain-forecaster are not deployed")
+        notes.append("daedalus.flows.background is not installed: "
+                     "recovery-monitor and retrain-forecaster are not deployed")
     try:
-        pipeline = importlib.import_module("flows.pipeline")
+        pipeline = importlib.import_module("daedalus.flows.pipeline")
         flows = _flows_of(pipeline)
         for name, schedules in pipeline.schedules().items():
             planned.append(Planned(flow=flows[name], name=name, parameters=_accepted(flows[name], where),
                                    tags=(TAG, "pipeline"), description=flows[name].description or "",
                                    schedules=tuple(schedules), concurrency=1, job_variables=jv))
     except ModuleNotFoundError as exc:
-        if exc.name != "flows.pipeline":
+        if exc.name != "daedalus.flows.pipeline":
             raise
-        notes.append("flows.pipeline is not installed: the periodic Spark flows are not deployed")
+        notes.append("daedalus.flows.pipeline is not installed: the periodic Spark flows are not deployed")
     return planned, notes
 
 

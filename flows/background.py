@@ -14,14 +14,15 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from connectors.store import DEFAULT_URL, KnowledgeStore
-from flows.mape_k import FORECAST_POOR, RESCALED, resolve_target
-from models.errors import ValidationError
-from tasks import recovery as recovery_tasks
-from tasks import retrain as retrain_tasks
-from tasks.publish import artifact_key
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
+from daedalus.connectors.targets import resolve
+from daedalus.flows.mape_k import FORECAST_POOR, RESCALED
+from daedalus.models.errors import ValidationError
+from daedalus.tasks import recovery as recovery_tasks
+from daedalus.tasks import retrain as retrain_tasks
+from daedalus.tasks.publish import artifact_key
 
 
 def triggers(lake_url: str | None = None) -> dict[str, list[DeploymentEventTrigger]]:
@@ -61,7 +62,7 @@ def recovery_monitor(
     timeout_s: float = 1800.0,
     poll_s: float = 15.0,
 ) -> dict[str, Any]:
-    target = resolve_target(job, store_url, jobs_file)
+    target, _ = resolve(job, store_url, jobs_file)
     knowledge = KnowledgeStore(store_url).load(job).knowledge
     detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)
     result = recovery_tasks.follow_task(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s,
@@ -95,7 +96,7 @@ def retrain_forecaster(
         logger.info("%s: a retrained forecaster is already waiting for the loop; nothing to do", job)
         return {"job": job, "status": "already-pending"}
     current = retrain_tasks.current_model(KnowledgeStore(store_url), job)
-    now = (time.time() if lake_url else resolve_target(job, store_url, jobs_file).clock.now()) if now is None else now
+    now = (time.time() if lake_url else resolve(job, store_url, jobs_file)[0].clock.now()) if now is None else now
     ts, workload = _history(job, store_url, lake_url, jobs_file, now - history_s, now)
     step_s = float(current["config"]["step_s"]) if current else 30.0
     ends, means = retrain_tasks.step_means(ts, workload, step_s)
@@ -117,7 +118,7 @@ def _history(job: str, store_url: str, lake_url: str | None, jobs_file: str | No
         ts = frame["timestamp"].astype("int64").to_numpy() / 1e6 if len(frame) else np.array([])
         workload = frame["workload"].to_numpy(dtype=float)
     else:
-        obs = resolve_target(job, store_url, jobs_file).metrics.observe(job, since, until)
+        obs = resolve(job, store_url, jobs_file)[0].metrics.observe(job, since, until)
         ts, workload = obs.timestamps, obs.workload
     bad = ~np.isfinite(workload) | (workload < 0)
     if bad.any():

@@ -14,13 +14,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.schedules import Interval, Schedule
 
-from connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from connectors.spark import SparkSettings
-from connectors.store import DEFAULT_URL as DEFAULT_STORE
-from models.expectations import SuiteSettings, ValidationReport
-from tasks import lake as lake_tasks
-from tasks import retrain as retrain_tasks
-from tasks import validate as validate_tasks
+from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
+from daedalus.connectors.spark import SparkSettings
+from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
+from daedalus.models.expectations import SuiteSettings, ValidationReport
+from daedalus.tasks import lake as lake_tasks
+from daedalus.tasks import retrain as retrain_tasks
+from daedalus.tasks import validate as validate_tasks
 
 
 def schedules() -> dict[str, list[Schedule]]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.config import LoopConfig
-from models.knowledge import Knowledge
-from models.recovery import recovery_times
-from models.types import Analysis, Observation
-from models.validation import validate_observation
+from daedalus.models.config import LoopConfig
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.recovery import recovery_times
+from daedalus.models.types import Analysis, Observation
+from daedalus.models.validation import validate_observation
 
 
 def total_throughput(obs: Observation) -> np.ndarray:

@@ -12,7 +12,7 @@ References
 ----------
 Pfister et al., "Daedalus: Self-Adaptive Horizontal Autoscaling for Resource Efficiency of
 Distributed Stream Processing Systems", ICPE 2024 (recovery-time observation by anomaly detection).
-Welford (1962) for the running statistics (see ``models.stats``).
+Welford (1962) for the running statistics (see ``daedalus.models.stats``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from models.errors import KnowledgeError
-from models.stats import RunningVariance
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.stats import RunningVariance
 
 __all__ = ["AnomalyDetector", "RecoveryTracker", "observed_recovery_time"]
 

@@ -1,7 +1,7 @@
 """Capacity: how many tuples per second can the job process, at each scale-out?
 
 Per worker, an online simple linear regression of throughput (y) on CPU utilization (x) —
-Welford co-moments, exact, no stored samples (``models.stats.OnlineRegression``). Under data skew
+Welford co-moments, exact, no stored samples (``daedalus.models.stats.OnlineRegression``). Under data skew
 the workers do not reach full CPU together: the hot worker saturates first and the others stay
 proportional to it. So worker w's expected maximum CPU is
 
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from models.errors import KnowledgeError
-from models.stats import OnlineRegression, RunningMean
-from models.types import Observation
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.stats import OnlineRegression, RunningMean
+from daedalus.models.types import Observation
 
 __all__ = ["CapacityModel"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from models.config import LoopConfig
-from models.forecast import Forecaster
-from models.knowledge import Knowledge
-from models.types import Decision
+from daedalus.models.config import LoopConfig
+from daedalus.models.forecast import Forecaster
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.types import Decision
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
 KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered",

@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from models.errors import KnowledgeError
-from models.types import Forecast
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.types import Forecast
 
 __all__ = ["STATE_VERSION", "WAPE_HISTORY_LEN", "Forecaster", "wape"]
 

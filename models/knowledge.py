@@ -10,13 +10,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from models.anomaly import AnomalyDetector, RecoveryTracker
-from models.capacity import CapacityModel
-from models.config import LoopConfig
-from models.errors import KnowledgeError
-from models.forecast import Forecaster
-from models.recovery import DowntimeEstimates
-from models.types import LedgerEntry
+from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker
+from daedalus.models.capacity import CapacityModel
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.forecast import Forecaster
+from daedalus.models.recovery import DowntimeEstimates
+from daedalus.models.types import LedgerEntry
 
 SCHEMA_VERSION = 1
 LEDGER_LIMIT = 1000  # keep the newest entries; older ones remain in earlier stored versions

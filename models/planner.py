@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.config import LoopConfig
-from models.types import Analysis, Decision
+from daedalus.models.config import LoopConfig
+from daedalus.models.types import Analysis, Decision
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Self
 
 import numpy as np
 
-from models.errors import KnowledgeError
+from daedalus.models.errors import KnowledgeError
 
 __all__ = ["OnlineRegression", "RunningMean", "RunningVariance"]
 

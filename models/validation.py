@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.types import Observation
+from daedalus.models.types import Observation
 
 CONSISTENCY_TOLERANCE = 0.05  # throughput may exceed workload + backlog by 5 % (scrape jitter)
 

@@ -37,7 +37,7 @@ import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from sim.simulator import Simulator
+from daedalus.sim.simulator import Simulator
 
 SOURCE_OPERATOR = "Source: sim-events"
 TM_PREFIX = "flink_taskmanager"

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sim.runner import RunResult
+from daedalus.sim.runner import RunResult
 
 
 def plot_run(result: RunResult, path: Path, slo_s: float = 60.0) -> Path:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.runner import RunResult
+from daedalus.sim.runner import RunResult
 
 SLO_S = 60.0
 

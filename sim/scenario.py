@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from models.config import LoopConfig
-from sim.simulator import SimConfig, Simulator
-from sim.workloads import rescale_to_peak
+from daedalus.models.config import LoopConfig
+from daedalus.sim.simulator import SimConfig, Simulator
+from daedalus.sim.workloads import rescale_to_peak
 
 
 def scenario(workload: np.ndarray, max_scaleout: int = 12, peak_utilization: float = 0.9, seed: int = 0,

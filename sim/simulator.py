@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.types import Observation
+from daedalus.models.types import Observation
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.errors import WorkloadError
+from daedalus.models.errors import WorkloadError
 
 KNOWN_FORMATS = ("second|<name>", "timestamp|<name>", "date,<name>")
 # Prometheus exports write `null` for a scrape that returned nothing: a missing sample, filled like a

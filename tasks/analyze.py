@@ -5,10 +5,10 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from models import analyze as analysis
-from models.config import LoopConfig
-from models.knowledge import Knowledge
-from models.types import Analysis, Observation
+from daedalus.models import analyze as analysis
+from daedalus.models.config import LoopConfig
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.types import Analysis, Observation
 
 
 @task(name="analyze", cache_policy=NO_CACHE)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from connectors.lake import CompactionReport, Lake
-from models.types import Observation
+from daedalus.connectors.lake import CompactionReport, Lake
+from daedalus.models.types import Observation
 
 
 def record_history(lake_url: str, obs: Observation) -> None:

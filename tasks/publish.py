@@ -7,7 +7,7 @@ import re
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from models.types import Analysis, Decision, ScalingAction
+from daedalus.models.types import Analysis, Decision, ScalingAction
 
 
 def artifact_key(kind: str, job: str) -> str:

@@ -19,13 +19,13 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from connectors.inbox import Inbox
-from connectors.targets import Target
-from models.analyze import total_throughput
-from models.anomaly import AnomalyDetector, RecoveryTracker
-from models.errors import ValidationError
-from models.knowledge import Knowledge
-from tasks.publish import artifact_key
+from daedalus.connectors.inbox import Inbox
+from daedalus.models.analyze import total_throughput
+from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker
+from daedalus.models.errors import ValidationError
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.ports import Target
+from daedalus.tasks.publish import artifact_key
 
 BASELINE_S = 600.0  # window before the rescale to learn normal operation from, when the knowledge has none
 

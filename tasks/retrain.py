@@ -28,11 +28,11 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from threadpoolctl import threadpool_limits
 
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from connectors.spark import SparkSettings, read_lake, session
-from connectors.store import KnowledgeStore
-from models.forecast import Forecaster, wape
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.connectors.spark import SparkSettings, read_lake, session
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.forecast import Forecaster, wape
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -18,11 +18,11 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from connectors.spark import SparkSettings, by_job, read_lake, session
-from connectors.store import KnowledgeStore
-from models.expectations import (
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.expectations import (
     Check,
     CheckResult,
     Failure,
@@ -31,7 +31,7 @@ from models.expectations import (
     ValidationReport,
     checks,
 )
-from tasks.publish import artifact_key
+from daedalus.tasks.publish import artifact_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -43,7 +43,7 @@ _KEYS = {"rows": ["job", "worker", "timestamp"], "steps": ["job", "timestamp"]}
 def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
     """One row per job and second: workers reporting, duplicates, totals, missing steps before it, supply ratio.
 
-    `rows` should be partitioned by job (`connectors.spark.by_job`): then both aggregations and the window
+    `rows` should be partitioned by job (`daedalus.connectors.spark.by_job`): then both aggregations and the window
     run inside the partitions, without another shuffle. A duplicated row of a worker counts once in the
     totals (it fails `unique_rows` on its own).
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.types import Observation
+from daedalus.models.types import Observation
 
 T0 = 1_767_225_600.0
 

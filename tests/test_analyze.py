@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from connectors.simulated import SimulatedJob
-from connectors.targets import Target
-from flows.mape_k import PLAIN, iterate
-from models.analyze import analyze
-from models.config import LoopConfig
-from models.knowledge import Knowledge
-from models.types import Decision
-from sim.simulator import SimConfig, Simulator
-from tasks.execute import apply
+from daedalus.models.analyze import analyze
+from daedalus.models.config import LoopConfig
+from daedalus.models.execute import apply
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.models.types import Decision
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.simulator import SimConfig, Simulator
 from tests.helpers import T0, observation
 
 

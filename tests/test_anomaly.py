@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.anomaly import AnomalyDetector, RecoveryTracker, observed_recovery_time
-from models.errors import KnowledgeError
+from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker, observed_recovery_time
+from daedalus.models.errors import KnowledgeError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 METRICS = SHARED / "metrics"

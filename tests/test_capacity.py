@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.capacity import CapacityModel
-from models.errors import KnowledgeError
-from models.types import Observation
+from daedalus.models.capacity import CapacityModel
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.types import Observation
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 METRICS = SHARED / "metrics"
@@ -328,7 +328,7 @@ def test_misaligned_worker_series_are_rejected() -> None:
 
 def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
     """Deployment pods get new names at every restart: the state must not grow with the job's age."""
-    from models.capacity import KEPT_WORKERS
+    from daedalus.models.capacity import KEPT_WORKERS
 
     model = CapacityModel(warmup_s=0.0)
     x = np.linspace(0.2, 0.8, 30)

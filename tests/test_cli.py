@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from flows.cli import app
+from daedalus.cli.main import app
 
 runner = CliRunner()
 KEYS = {"duration_s", "worker_seconds", "static_worker_seconds", "lower_bound_worker_seconds", "latency_s",

@@ -11,17 +11,18 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.sorting import FlowRunSort
 
-from connectors.store import KnowledgeStore
-from sim.runner import JOB, run
-from sim.scenario import scenario
-from sim.workloads import sine_workload
+from daedalus.cli.simulate import FlowPolicy
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.sim.runner import JOB, run
+from daedalus.sim.scenario import scenario
+from daedalus.sim.workloads import sine_workload
 
 
 @pytest.mark.slow
 def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
     sim_config, loop_config, workload = scenario(sine_workload(hours=1.0), 12, 0.9, seed=0)
     store_url = str(tmp_path / "knowledge")
-    result = run(workload, "daedalus", sim_config, loop_config, seed=0, orchestrated=True, store_url=store_url)
+    result = run(workload, FlowPolicy(store_url), sim_config, loop_config, seed=0)
 
     # Every loop ran and the knowledge of the last one is persisted, older versions kept to fall back on.
     store = KnowledgeStore(store_url)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.errors import KnowledgeError
-from models.forecast import WAPE_HISTORY_LEN, Forecaster, wape
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.forecast import WAPE_HISTORY_LEN, Forecaster, wape
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PAPER = SHARED / "workloads" / "paper"
@@ -314,7 +314,7 @@ def test_traffic_monitoring_trace_accuracy() -> None:
 
 def test_forecast_quality_does_not_depend_on_the_workload_scale():
     """A fit on 1e6 tuples/s once diverged (WAPE 1.0) where the same shape at 6e4 was exact."""
-    from sim.workloads import sine_workload
+    from daedalus.sim.workloads import sine_workload
 
     base = sine_workload(hours=1.5)
     medians = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from deployments.jobs import load_jobs, parse_jobs
-from models.errors import ConfigurationError
+from daedalus.connectors.jobs import load_jobs, parse_jobs
+from daedalus.models.errors import ConfigurationError
 
 GOOD = {
     "defaults": {"prometheus": {"url": "http://prometheus.monitoring:9090"}, "target_recovery_time": "10m"},

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.config import LoopConfig
-from models.planner import PlanContext, plan
-from models.types import Analysis, Forecast
+from daedalus.models.config import LoopConfig
+from daedalus.models.planner import PlanContext, plan
+from daedalus.models.types import Analysis, Forecast
 
 NOW = 10_000.0
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from models.recovery import DowntimeEstimates, predict_recovery_time, recovery_times
+from daedalus.models.recovery import DowntimeEstimates, predict_recovery_time, recovery_times
 
 
 def test_hand_computed_recovery_time():

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from sim.simulator import SimConfig, Simulator
-from sim.workloads import sine_workload
+from daedalus.sim.simulator import SimConfig, Simulator
+from daedalus.sim.workloads import sine_workload
 
 START = SimConfig().start
 

@@ -10,11 +10,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import models.anomaly
-import models.capacity
-import models.stats
-from models.errors import KnowledgeError
-from models.stats import OnlineRegression, RunningMean, RunningVariance
+from daedalus.models import anomaly, capacity, stats
+from daedalus.models.errors import KnowledgeError
+from daedalus.models.stats import OnlineRegression, RunningMean, RunningVariance
 
 RTOL = 1e-9
 
@@ -43,7 +41,7 @@ def _assert_matches_batch(reg: OnlineRegression, x: np.ndarray, y: np.ndarray, r
 
 
 def test_doctests() -> None:
-    for module in (models.stats, models.capacity, models.anomaly):
+    for module in (stats, capacity, anomaly):
         result = doctest.testmod(module, raise_on_error=False)
         assert result.attempted > 0, module.__name__
         assert result.failed == 0, module.__name__

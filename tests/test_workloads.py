@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.errors import WorkloadError
-from sim.workloads import load_workload, rescale_to_peak, sine_workload
+from daedalus.models.errors import WorkloadError
+from daedalus.sim.workloads import load_workload, rescale_to_peak, sine_workload
 
 
 @pytest.fixture(scope="module")

@@ -1,26 +1,24 @@
-"""Autoscaling policies: the Daedalus loop and the baselines it is compared with.
-
-`daedalus` is the full MAPE-K loop (run by sim.runner through flows.mape_k.iterate); every other name maps
-to a small class with the `Policy` interface of models.policies.base.
-"""
+"""Autoscaling policies: Daedalus and the baselines it is compared with, behind one interface (base.Policy)."""
 
 from __future__ import annotations
 
-from models.policies.base import Policy, Static
-from models.policies.ds2 import DS2
-from models.policies.hpa import HPA
+from daedalus.models.config import LoopConfig
+from daedalus.models.policies.base import Baseline, Policy, Static, Step
+from daedalus.models.policies.daedalus import Daedalus
+from daedalus.models.policies.ds2 import DS2
+from daedalus.models.policies.hpa import HPA
 
-DAEDALUS = "daedalus"
+__all__ = ["DS2", "HPA", "Baseline", "Daedalus", "Policy", "Static", "Step", "make", "names"]
 
 
 def names() -> tuple[str, ...]:
-    return (DAEDALUS, "static", "hpa-80", "hpa-85", "ds2")
+    return ("daedalus", "static", "hpa-80", "hpa-85", "ds2")
 
 
-def make(name: str, max_scaleout: int) -> Policy | str:
-    """The policy called `name`; the string "daedalus" stands for the full loop."""
-    if name == DAEDALUS:
-        return DAEDALUS
+def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) -> Policy:
+    """The policy called `name`; Daedalus runs with `loop_config` (default: the paper's settings)."""
+    if name == "daedalus":
+        return Daedalus(loop_config or LoopConfig(max_parallelism=max_scaleout))
     if name == "static":
         return Static(max_scaleout)
     if name in ("hpa-80", "hpa-85"):

@@ -38,10 +38,11 @@ from collections import deque
 
 import numpy as np
 
-from models.types import Observation
+from daedalus.models.policies.base import Baseline
+from daedalus.models.types import Observation
 
 
-class DS2:
+class DS2(Baseline):
     """DS2 / Flink-autoscaler policy; see the module docstring."""
 
     name = "ds2"

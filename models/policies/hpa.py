@@ -25,7 +25,8 @@ from collections import deque
 
 import numpy as np
 
-from models.types import Observation
+from daedalus.models.policies.base import Baseline
+from daedalus.models.types import Observation
 
 
 def utilization(obs: Observation) -> float | None:
@@ -42,7 +43,7 @@ def utilization(obs: Observation) -> float | None:
     return float(np.mean(per_worker)) if per_worker else None
 
 
-class HPA:
+class HPA(Baseline):
     """Kubernetes HPA on CPU with a target utilization (0.8 → "hpa-80")."""
 
     def __init__(

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.types import Observation
+from daedalus.models.types import Observation
 
 
 def observation(

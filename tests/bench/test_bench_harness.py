@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from models.errors import WorkloadError
-from sim.bench_loop import run_loop_bench
-from sim.bench_models import capacity_at, forecast_trace
-from sim.bench_policies import Workload, resolve_workloads, run_benchmark
+from daedalus.bench.loop import run_loop_bench
+from daedalus.bench.models import capacity_at, forecast_trace
+from daedalus.bench.policies import Workload, resolve_workloads, run_benchmark
+from daedalus.cli.main import app
+from daedalus.models.errors import WorkloadError
 
 REPORT_KEYS = {"worker_seconds_pct_of_static", "ratio_to_lower_bound", "latency_p50_s", "latency_p95_s",
                "latency_p99_s", "latency_max_s", "seconds_over_slo", "seconds_over_slo_pct", "rescales", "downtime_s",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from models import policies
-from models.policies.ds2 import DS2
-from models.policies.hpa import HPA
+from daedalus.cli.main import app
+from daedalus.models import policies
+from daedalus.models.policies.daedalus import Daedalus
+from daedalus.models.policies.ds2 import DS2
+from daedalus.models.policies.hpa import HPA
 
 
 def test_names_and_instances():
@@ -16,7 +17,9 @@ def test_names_and_instances():
     hpa = policies.make("hpa-85", 12)
     assert isinstance(hpa, HPA) and hpa.target_utilization == 0.85 and hpa.name == "hpa-85"
     assert isinstance(policies.make("ds2", 12), DS2)
-    assert policies.make("daedalus", 12) == "daedalus"
+    daedalus = policies.make("daedalus", 12)
+    assert isinstance(daedalus, Daedalus) and daedalus.name == "daedalus"
+    assert daedalus.config.max_parallelism == 12  # the paper's settings up to the job's maximum
 
 
 def test_unknown_policy_lists_the_known_ones():

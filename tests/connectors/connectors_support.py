@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from models.config import LoopConfig
-from sim.scenario import scenario
-from sim.simulator import SimConfig
-from sim.workloads import sine_workload
+from daedalus.models.config import LoopConfig
+from daedalus.sim.scenario import scenario
+from daedalus.sim.simulator import SimConfig
+from daedalus.sim.workloads import sine_workload
 
 needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
                                       reason="prometheus/promtool not installed (apt-get install -y prometheus)")

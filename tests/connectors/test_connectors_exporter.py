@@ -10,8 +10,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.exporter import SimExporter
-from sim.simulator import SimConfig, Simulator
+from daedalus.sim.exporter import SimExporter
+from daedalus.sim.simulator import SimConfig, Simulator
 
 LABELS = {"namespace": "streaming", "cluster": "sim-flink"}
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from connectors import targets
-from connectors.kubernetes import KubernetesScaler
-from connectors.prometheus import PrometheusSource
-from connectors.spark_local import SparkLocalScaler
-from deployments.jobs import parse_jobs
-from flows.mape_k import PLAIN, iterate
-from models.config import LoopConfig
-from models.errors import ConfigurationError
-from models.knowledge import Knowledge
-from sim.exporter import free_port
+from daedalus.connectors.jobs import parse_jobs
+from daedalus.connectors.kubernetes import KubernetesScaler
+from daedalus.connectors.prometheus import PrometheusSource
+from daedalus.connectors.spark_local import SparkLocalScaler
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import ConfigurationError
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.sim.exporter import free_port
 
 GOOD = {"name": "ysb", "engine": "flink", "prometheus": {"url": "http://prometheus.monitoring:9090"},
         "selector": {"namespace": "streaming"}, "source": {"topic": "ad-events"},
@@ -67,7 +67,7 @@ def test_unreachable_prometheus_and_api_server_hold_the_loop_and_scale_nothing(m
         def now(self) -> float:
             return 1_795_000_000.0
 
-    target = targets.Target("ysb", PrometheusSource.from_spec(spec), scaler, Clock(), cfg)
+    target = Target("ysb", PrometheusSource.from_spec(spec), scaler, Clock(), cfg)
     knowledge = Knowledge.new("ysb", cfg)
     it = iterate(target, knowledge, PLAIN)
     assert it.decision.kind == "hold" and it.action is None

@@ -10,13 +10,13 @@ import yaml
 from fake_kube import FakeKube, Fault, Server
 from kubernetes import client
 
-from connectors.kubernetes import ANNOTATION, KubernetesScaler
-from deployments.jobs import parse_jobs
-from models.config import LoopConfig
-from models.errors import ConnectorError
-from models.knowledge import Knowledge
-from models.types import Decision
-from tasks.execute import apply
+from daedalus.connectors.jobs import parse_jobs
+from daedalus.connectors.kubernetes import ANNOTATION, KubernetesScaler
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import ConnectorError
+from daedalus.models.execute import apply
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.types import Decision
 
 DEP = "/apis/apps/v1/namespaces/streaming/deployments/flink-taskmanager"
 STS = "/apis/apps/v1/namespaces/streaming/statefulsets/wordcount"

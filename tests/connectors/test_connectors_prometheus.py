@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from connectors_support import needs_prometheus
 
-from connectors.prometheus import PrometheusSource
-from connectors.promql import QuerySet
-from deployments.jobs import parse_jobs
-from models.errors import ConnectorError
-from sim.exporter import free_port, local_prometheus
-from tasks.monitor import observe_or_hold
+from daedalus.connectors.jobs import parse_jobs
+from daedalus.connectors.prometheus import PrometheusSource
+from daedalus.connectors.promql import QuerySet
+from daedalus.models.errors import ConnectorError
+from daedalus.models.loop import observe_or_hold
+from daedalus.sim.exporter import free_port, local_prometheus
 
 STEP = 15
 T0 = (int(time.time()) - 7200) // 60 * 60  # two hours ago, on a minute
@@ -257,7 +257,7 @@ def test_an_unreachable_prometheus_holds():
 def test_observe_shows_what_the_loop_would_see(prom_url, tmp_path):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from daedalus.cli.main import app
 
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"""

@@ -2,7 +2,7 @@
 
 The control loop monitoring through PromQL must decide as it does reading the simulator directly: two
 simulators with the same seed, one read directly, one through exporter → Prometheus → PrometheusSource, both
-driven through flows.mape_k.iterate with the PLAIN phases over a simulated hour.
+driven through models.loop.iterate with the PLAIN phases over a simulated hour.
 
 The exporter is stepped by the test (not scraped on the wall clock): each simulated minute is queued with its
 simulated timestamps and taken by the next scrape (every 200 ms), and the loop waits until Prometheus holds
@@ -16,14 +16,14 @@ from __future__ import annotations
 import pytest
 from connectors_support import IRATE_WORKLOAD, SELECTOR, TOPIC, needs_prometheus, sim_hour
 
-from connectors import targets
-from connectors.prometheus import PrometheusSource
-from connectors.promql import QuerySet
-from connectors.simulated import SimulatedJob
-from flows.mape_k import PLAIN, iterate
-from models.knowledge import Knowledge
-from sim.exporter import SimExporter, local_prometheus
-from sim.simulator import Simulator
+from daedalus.connectors.prometheus import PrometheusSource
+from daedalus.connectors.promql import QuerySet
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.sim.exporter import SimExporter, local_prometheus
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.simulator import Simulator
 
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def test_decisions_through_prometheus_match_the_direct_loop(tmp_path):
 
     direct_sim = Simulator(workload, sim_config, seed=3)
     direct = SimulatedJob(direct_sim)
-    direct_target = targets.Target("sim", metrics=direct, scaler=direct, clock=direct, config=loop_config)
+    direct_target = Target("sim", metrics=direct, scaler=direct, clock=direct, config=loop_config)
     direct_knowledge = Knowledge.new("sim", loop_config)
     direct_its = []
     for _ in range(loops):
@@ -51,7 +51,7 @@ def test_decisions_through_prometheus_match_the_direct_loop(tmp_path):
             local_prometheus(tmp_path / "prom", [f"127.0.0.1:{exporter.port}"], "200ms", lookback="500ms") as url:
         queries = QuerySet("sim", "flink", SELECTOR, {"topic": TOPIC}, {"workload": IRATE_WORKLOAD}, 4.0, 0.5)
         source = PrometheusSource("sim", queries, url, step_s=1)
-        prom_target = targets.Target("sim", metrics=source, scaler=exporter, clock=exporter, config=loop_config)
+        prom_target = Target("sim", metrics=source, scaler=exporter, clock=exporter, config=loop_config)
         prom_knowledge = Knowledge.new("sim", loop_config)
         prom_its = []
         for _ in range(loops):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote
-from models.errors import ConfigurationError
+from daedalus.connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote
+from daedalus.models.errors import ConfigurationError
 
 
 def test_quote_escapes_everything_that_could_end_the_string():

@@ -3,7 +3,7 @@ Prometheus and rescaled by the control loop (scale target `spark-local`: stop, r
 with the new parallelism).
 
 The job reads files a feeder writes at the workload's rate; its progress metrics are scraped every second.
-The loop runs every 10 s through flows.mape_k.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
+The loop runs every 10 s through models.loop.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
 decisions are reported but not acted on; two operator scale messages (1 → 2, then 2 → 1) go through the
 same loop and its execute phase, so the test knows when the rescales happen. It checks that the loop's
 capacity estimates follow the measured throughput and that no row is lost or duplicated across rescales.
@@ -20,17 +20,17 @@ import numpy as np
 import pytest
 from connectors_support import needs_prometheus
 
-from connectors import targets
-from connectors.prometheus import PrometheusSource
-from connectors.promql import QuerySet
-from connectors.spark_local import SparkLocalScaler
-from connectors.spark_stream import read_json
-from flows.mape_k import PLAIN, iterate
-from models.clock import WallClock
-from models.config import LoopConfig
-from models.control import ControlMessage
-from models.knowledge import Knowledge
-from sim.exporter import free_port, local_prometheus
+from daedalus.connectors.clock import WallClock
+from daedalus.connectors.prometheus import PrometheusSource
+from daedalus.connectors.promql import QuerySet
+from daedalus.connectors.spark_local import SparkLocalScaler
+from daedalus.models.config import LoopConfig
+from daedalus.models.control import ControlMessage
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.runtime.spark_stream import read_json
+from daedalus.sim.exporter import free_port, local_prometheus
 
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
@@ -57,7 +57,7 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
     (tmp_path / "workload.txt").write_text("\n".join(map(str, PROFILE)))
     port = free_port()
     log = (tmp_path / "spark.log").open("w")
-    job = subprocess.Popen([sys.executable, "-m", "connectors.spark_stream", str(workdir), "--workload",
+    job = subprocess.Popen([sys.executable, "-m", "daedalus.runtime.spark_stream", str(workdir), "--workload",
                             str(tmp_path / "workload.txt"), "--metrics-port", str(port), "--parallelism", "1",
                             "--cores", "2", "--rounds", "400", "--app", JOB], stdout=log, stderr=subprocess.STDOUT)
     loops = []
@@ -68,7 +68,7 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
                              recent_rescale_s=10, checkpoint_interval_s=1, mode="dry-run")
             queries = QuerySet(JOB, "spark", {"app": JOB}, {"topic": workdir.name}, {"cpu": BUSY}, 5, 3)
             scaler = SparkLocalScaler(workdir, ready_timeout_s=60)
-            target = targets.Target(JOB, PrometheusSource(JOB, queries, url, step_s=1), scaler, WallClock(), cfg)
+            target = Target(JOB, PrometheusSource(JOB, queries, url, step_s=1), scaler, WallClock(), cfg)
             knowledge = Knowledge.new(JOB, cfg)
             for n in range(10):
                 time.sleep(10)

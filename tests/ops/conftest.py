@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.store import KnowledgeStore
-from deployments.jobs import JobSpec, load_jobs
-from models.knowledge import Knowledge, Proposal
-from models.types import LedgerEntry
+from daedalus.connectors.jobs import JobSpec, load_jobs
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.knowledge import Knowledge, Proposal
+from daedalus.models.types import LedgerEntry
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 

@@ -10,29 +10,26 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from connectors.inbox import Inbox
-from connectors.simulated import SimulatedJob
-from connectors.store import KnowledgeStore
-from connectors.targets import Target
-from flows.approval import (
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.switches import clear_kill_switch, kill_switch, set_kill_switch, stop_reason
+from daedalus.models.control import apply_messages
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.scenario import scenario
+from daedalus.sim.simulator import Simulator
+from daedalus.sim.workloads import sine_workload
+from daedalus.tasks.approval import (
     ApprovalRequest,
     Refused,
     answer_model,
     approval_markdown,
     check_answer,
-    clear_kill_switch,
-    kill_switch,
     post_answer,
     post_manual_scale,
-    set_kill_switch,
-    stop_reason,
 )
-from flows.mape_k import PLAIN, iterate
-from models.control import apply_messages
-from models.knowledge import Knowledge
-from sim.scenario import scenario
-from sim.simulator import Simulator
-from sim.workloads import sine_workload
 from tests.ops.conftest import T0, with_proposal
 
 
@@ -163,7 +160,7 @@ def test_a_stopped_loop_decides_and_reports_but_never_acts():
     assert knowledge.last_action is None and knowledge.pending is None
     # An operator's action still applies.
     sim.advance(60)
-    from models.control import ControlMessage
+    from daedalus.models.control import ControlMessage
 
     manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"parallelism": 8, "reason": "r", "operator": "o"})
     it = iterate(target, knowledge, PLAIN, [manual], stop="blackout window 09:00–17:00 UTC")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from prefect.states import Cancelled, Completed, Scheduled
 
-from deployments.ops_bench import _cpu_between, summarise
+from daedalus.bench.schedule import _cpu_between, summarise
 
 T0 = 1_800_000_000.0
 

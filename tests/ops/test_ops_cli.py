@@ -9,10 +9,10 @@ import yaml
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from typer.testing import CliRunner
 
-from connectors.inbox import Inbox
-from deployments.jobs import load_jobs
-from flows.approval import kill_switch
-from flows.cli import app
+from daedalus.cli.main import app
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.jobs import load_jobs
+from daedalus.connectors.switches import kill_switch
 from tests.ops.conftest import T0, with_proposal
 
 

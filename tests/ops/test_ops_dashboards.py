@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flows.dashboards import (
+from daedalus.connectors.status import read_status, write_json
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.types import Forecast, LedgerEntry
+from daedalus.tasks.dashboards import (
     FORECAST_KEEP_S,
-    _write_json,
     fleet_rows,
     forecast_plot_markdown,
     forecast_png,
@@ -14,14 +17,10 @@ from flows.dashboards import (
     ledger_rows,
     matched_wape,
     next_loop_forecast,
-    read_status,
     record_forecast,
     status_record,
     steps_of,
 )
-from flows.mape_k import PLAIN, iterate
-from models.knowledge import Knowledge
-from models.types import Forecast, LedgerEntry
 from tests.ops.conftest import T0
 from tests.ops.test_ops_approval import _sim_target
 
@@ -92,7 +91,7 @@ def test_forecast_plot_and_status_from_real_iterations(tmp_path):
     assert health(its[-1], k, None) == "paused (kill switch for this job)"
 
     store = str(tmp_path / "store")
-    _write_json(store, "sim", "status.json", record)
+    write_json(store, "sim", "status.json", record)
     assert read_status(store, "sim") == record
     rows = fleet_rows([("sim", "auto"), ("new", "approve")], store, T0 + 30)
     assert rows[0]["current"] == record["current"] and rows[0]["health"] == "ok"

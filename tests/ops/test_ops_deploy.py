@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.deploy import (
+from daedalus.connectors.jobs import load_jobs
+from daedalus.deployments.deploy import (
     COLLISION,
     absolute,
     anchor_for,
@@ -19,8 +20,7 @@ from deployments.deploy import (
     select_jobs,
     spec_version,
 )
-from deployments.jobs import load_jobs
-from models.errors import ConfigurationError
+from daedalus.models.errors import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,19 +35,20 @@ def test_one_loop_deployment_per_job_with_its_parameters_schedule_limit_and_tags
     (schedule,) = ads.schedules
     assert (schedule.interval, schedule.anchor_date, ads.concurrency) == (timedelta(seconds=60), anchor_for("ads"), 1)
     assert ads.tags == ("daedalus", "job:ads", "engine:sim", "mode:approve")
-    assert ads.entrypoint == "flows.mape_k.mape_k"
+    assert ads.entrypoint == "daedalus.flows.mape_k.mape_k"
     assert ads.version == spec_version(load_jobs(jobs_file).job("ads")) and len(ads.version) == 12
     others = {p.full_name for p in planned} - {p.full_name for p in loops}
     assert {"approve-scale/approve-scale", "scale-job/scale-job", "fleet-overview/fleet-overview"} <= others
     assert all(p.parameters.get("store_url", os.path.abspath("store")) == os.path.abspath("store") for p in planned)
-    for module in ("flows.background", "flows.pipeline"):  # deployed when installed, else named in a note
+    # deployed when installed, else named in a note
+    for module in ("daedalus.flows.background", "daedalus.flows.pipeline"):
         assert any(p.entrypoint.startswith(module) for p in planned) or any(module in n for n in notes)
 
 
 def test_background_flows_get_their_triggers_and_pipeline_flows_their_schedules(jobs_file):
-    pytest.importorskip("flows.background")
-    pytest.importorskip("flows.pipeline")
-    from flows.mape_k import FORECAST_POOR, RESCALED
+    pytest.importorskip("daedalus.flows.background")
+    pytest.importorskip("daedalus.flows.pipeline")
+    from daedalus.flows.mape_k import FORECAST_POOR, RESCALED
 
     planned, notes = plan_deployments(load_jobs(jobs_file), "store", lake_url="lake")
     by_name = {p.full_name: p for p in planned}
@@ -96,7 +97,7 @@ def test_prefect_yaml_declares_the_same_deployments_with_anchors(jobs_file):
     assert by_name["ads"]["work_pool"] in doc["definitions"]["work_pools"].values()
     assert len(by_name) == len(planned)
     ads = by_name["ads"]
-    assert ads["entrypoint"] == "flows.mape_k.mape_k"
+    assert ads["entrypoint"] == "daedalus.flows.mape_k.mape_k"
     assert ads["concurrency_limit"] == {"limit": 1, "collision_strategy": COLLISION}
     assert ads["schedules"] == [{"interval": 60.0, "anchor_date": anchor_for("ads").isoformat()}]
     assert ads["work_pool"]["name"] == "streaming" and ads["parameters"]["job"] == "ads"
@@ -111,12 +112,13 @@ def test_local_paths_become_absolute_urls_do_not():
 def test_the_repository_prefect_yaml_declares_the_flows():
     doc = yaml.safe_load((REPO / "prefect.yaml").read_text())
     entrypoints = {d["entrypoint"] for d in doc["deployments"]}
-    assert {"flows.approval.approve_scale", "flows.approval.scale_job", "flows.dashboards.fleet_overview",
-            "flows.mape_k.mape_k"} <= entrypoints
+    assert {"daedalus.flows.approval.approve_scale", "daedalus.flows.approval.scale_job",
+            "daedalus.flows.dashboards.fleet_overview",
+            "daedalus.flows.mape_k.mape_k"} <= entrypoints
     for d in doc["deployments"]:
         module, name = d["entrypoint"].rsplit(".", 1)
         assert hasattr(__import__(module, fromlist=[name]), name), d["entrypoint"]
         assert d["work_pool"]["name"] == doc["definitions"]["work_pools"]["process"]["name"]
-    loop = next(d for d in doc["deployments"] if d["entrypoint"] == "flows.mape_k.mape_k")
+    loop = next(d for d in doc["deployments"] if d["entrypoint"] == "daedalus.flows.mape_k.mape_k")
     assert loop["concurrency_limit"] == {"limit": 1, "collision_strategy": COLLISION}
     assert loop["schedules"][0]["interval"] == 60

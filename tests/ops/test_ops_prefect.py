@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors.store import KnowledgeStore
-from deployments.local_prefect import LocalPrefect, start_server
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.runtime.local_prefect import LocalPrefect, start_server
 from tests.ops.conftest import write_jobs
 
 pytestmark = pytest.mark.slow
@@ -154,8 +154,8 @@ def test_one_loop_deployment_per_job_on_a_one_minute_schedule_one_run_at_a_time(
         assert d["global_concurrency_limit"]["limit"] == 1
         assert d["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
         assert {"daedalus", f"job:{job}", "mode:approve"} <= set(d["tags"])
-        assert d["work_pool_name"] == POOL and d["entrypoint"] == "flows.mape_k.mape_k"
-        assert d["job_variables"]["command"].endswith("-I -m deployments.prefork")
+        assert d["work_pool_name"] == POOL and d["entrypoint"] == "daedalus.flows.mape_k.mape_k"
+        assert d["job_variables"]["command"].endswith("-I -m daedalus.runtime.prefork")
     assert {"approve-scale", "scale-job", "fleet-overview"} <= set(deployments)
     if "recovery-monitor" in deployments:  # triggers become automations owned by the deployment
         automations = scenario.api("POST", "/automations/filter", json={})
@@ -302,7 +302,7 @@ def test_the_ui_shows_the_decision_artifact_on_the_flow_runs_artifacts_page(scen
     import json
     import urllib.request
 
-    from deployments.local_prefect import free_port
+    from daedalus.runtime.local_prefect import free_port
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

@@ -11,7 +11,7 @@ from prefect.client import orchestration
 from prefect.client.orchestration import PrefectClient
 from prefect.settings import PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY, temporary_settings
 
-from deployments.prefork import share_tls_contexts
+from daedalus.runtime.prefork import share_tls_contexts
 
 API = "http://127.0.0.1:9/api"
 

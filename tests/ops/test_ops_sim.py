@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from connectors.sim_persistent import WARM_S, PersistentSimulatedJob, local_root, peek_now
-from deployments.jobs import load_jobs
-from deployments.targets import build_target
-from models.errors import ConfigurationError, ConnectorError
-from sim.simulator import Simulator
+from daedalus.connectors.jobs import load_jobs
+from daedalus.connectors.sim_persistent import WARM_S, PersistentSimulatedJob, local_root, peek_now
+from daedalus.connectors.targets import build_target
+from daedalus.models.errors import ConfigurationError, ConnectorError
+from daedalus.sim.simulator import Simulator
 from tests.ops.conftest import write_jobs
 
 WALL0 = 1_800_000_000.0

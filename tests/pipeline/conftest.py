@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.lake import SCHEMA, Lake
+from daedalus.connectors.lake import SCHEMA, Lake
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 @pytest.fixture(scope="session")
 def spark_settings():
-    from connectors.spark import SparkSettings
+    from daedalus.connectors.spark import SparkSettings
 
     return SparkSettings(master="local[2]", shuffle_partitions=4, driver_memory="1g")
 
@@ -23,7 +23,7 @@ def spark_settings():
 @pytest.fixture(scope="session")
 def spark(spark_settings) -> Iterator[object]:
     """Real Spark (local[2]); 7–15 s to start, shared by every pipeline test."""
-    from connectors.spark import session, stop
+    from daedalus.connectors.spark import session, stop
 
     yield session(spark_settings)
     stop()

@@ -6,19 +6,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from connectors import targets
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from connectors.simulated import SimulatedJob
-from connectors.store import KnowledgeStore
-from flows.mape_k import FORECAST_POOR, PLAIN, RESCALED, emit_loop_events, iterate
-from models.analyze import total_throughput
-from models.config import LoopConfig
-from models.control import apply_messages
-from models.forecast import Forecaster
-from models.knowledge import Knowledge
-from models.types import LedgerEntry
-from sim.simulator import SimConfig, Simulator
+from daedalus.connectors import targets
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.flows.mape_k import FORECAST_POOR, RESCALED, emit_loop_events
+from daedalus.models.analyze import total_throughput
+from daedalus.models.config import LoopConfig
+from daedalus.models.control import apply_messages
+from daedalus.models.forecast import Forecaster
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.models.types import LedgerEntry
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +29,9 @@ pytestmark = pytest.mark.slow
 def registered():
     added: list[str] = []
 
-    def register(sim: Simulator, cfg: LoopConfig) -> targets.Target:
+    def register(sim: Simulator, cfg: LoopConfig) -> Target:
         job = SimulatedJob(sim)
-        target = targets.Target(sim.job, metrics=job, scaler=job, clock=job, config=cfg)
+        target = Target(sim.job, metrics=job, scaler=job, clock=job, config=cfg)
         targets.register(target)
         added.append(sim.job)
         return target
@@ -51,7 +53,7 @@ def true_recovery_time(sim: Simulator, rescale_time: float) -> float:
 
 
 def test_recovery_monitor_reports_the_simulators_recovery_time(prefect_harness, registered, tmp_path) -> None:
-    from flows.background import recovery_monitor
+    from daedalus.flows.background import recovery_monitor
 
     rng = np.random.default_rng(7)
     workload = 150_000 * (1 + rng.normal(0, 0.02, 3600))
@@ -118,7 +120,7 @@ def test_the_wape_trigger_fires_at_the_15th_poor_loop_and_not_before(prefect_har
 
 def test_the_one_job_retrain_promotes_a_better_model_and_the_loop_swaps_it_in(prefect_harness, registered,
                                                                               tmp_path) -> None:
-    from flows.background import retrain_forecaster
+    from daedalus.flows.background import retrain_forecaster
     from tests.pipeline.test_pipeline_retrain import _zero_model
 
     t = np.arange(3 * 3600)
@@ -143,7 +145,7 @@ def test_the_one_job_retrain_promotes_a_better_model_and_the_loop_swaps_it_in(pr
 
 def test_the_loop_appends_to_the_lake_and_a_failing_append_never_breaks_it(prefect_harness, registered,
                                                                           tmp_path) -> None:
-    from flows.mape_k import mape_k
+    from daedalus.flows.mape_k import mape_k
 
     sim = Simulator(np.full(600, 50_000.0), SimConfig(max_scaleout=4), seed=0, initial_scaleout=2, job="lake-loop")
     registered(sim, LoopConfig(max_parallelism=4, mode="dry-run"))
@@ -160,8 +162,8 @@ def test_the_loop_appends_to_the_lake_and_a_failing_append_never_breaks_it(prefe
 
 
 def test_triggers_and_schedules_are_declared_for_the_deployments() -> None:
-    from flows.background import triggers
-    from flows.pipeline import schedules
+    from daedalus.flows.background import triggers
+    from daedalus.flows.pipeline import schedules
 
     declared = triggers(lake_url="s3://lake")
     (rescaled,), (poor,) = declared["recovery-monitor"], declared["retrain-forecaster"]

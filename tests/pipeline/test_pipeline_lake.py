@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.lake import COLUMNS, FILE_SCHEMA, Lake, observation_table, schema_problems
-from models.errors import ValidationError
-from models.types import Observation
+from daedalus.connectors.lake import COLUMNS, FILE_SCHEMA, Lake, observation_table, schema_problems
+from daedalus.models.errors import ValidationError
+from daedalus.models.types import Observation
 from tests.pipeline.conftest import T0, rows, write
 
 

@@ -9,14 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from connectors.store import KnowledgeStore
-from models.config import LoopConfig
-from models.control import apply_messages
-from models.forecast import Forecaster
-from models.knowledge import Knowledge
-from tasks.retrain import HOLDOUT_S, backtest, step_means
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.config import LoopConfig
+from daedalus.models.control import apply_messages
+from daedalus.models.forecast import Forecaster
+from daedalus.models.knowledge import Knowledge
+from daedalus.tasks.retrain import HOLDOUT_S, backtest, step_means
 from tests.pipeline.conftest import T0, rows, write
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ UNTIL = T0 + HOURS * 3600
 
 
 def _trace(shared, name: str, level: float, seed: int) -> np.ndarray:
-    from sim.workloads import load_workload
+    from daedalus.sim.workloads import load_workload
 
     y = load_workload(shared / "workloads" / "multiday" / f"{name}_5min.csv")
     window = y[86_400:86_400 + HOURS * 3600] / y.mean() * level
@@ -71,7 +71,7 @@ def fleet(shared, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def retrained(prefect_harness, spark, fleet):
-    from flows.pipeline import retrain_forecasters
+    from daedalus.flows.pipeline import retrain_forecasters
 
     lake, store, _ = fleet
     versions = {job: store.versions(job) for job in lake.jobs()}
@@ -118,7 +118,7 @@ def test_the_store_changes_only_when_the_loop_swaps_the_promoted_model_in(retrai
 
 
 def test_an_interrupted_retrain_leaves_every_job_on_its_previous_version(prefect_harness, spark, fleet) -> None:
-    from flows.pipeline import retrain_forecasters
+    from daedalus.flows.pipeline import retrain_forecasters
 
     lake, store, _ = fleet
     inbox = Inbox(store.url)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.spark import SparkSettings
-from models.errors import ConfigurationError
-from models.expectations import SuiteSettings, checks
+from daedalus.connectors.spark import SparkSettings
+from daedalus.models.errors import ConfigurationError
+from daedalus.models.expectations import SuiteSettings, checks
 
 
 def test_settings_come_from_defaults_then_environment_then_arguments(monkeypatch) -> None:

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from connectors.inbox import Inbox
-from connectors.lake import Lake
-from models.expectations import SuiteSettings, checks
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.lake import Lake
+from daedalus.models.expectations import SuiteSettings, checks
 from tests.pipeline.conftest import T0, rows, write
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def defect_lake(tmp_path_factory) -> Lake:
 
 @pytest.fixture(scope="module")
 def report(spark, spark_settings, defect_lake):
-    from tasks.validate import validate
+    from daedalus.tasks.validate import validate
 
     return validate(defect_lake, T0, UNTIL, SuiteSettings(), spark_settings)
 
@@ -100,12 +100,12 @@ def test_failures_name_the_rows(report) -> None:
 
 def test_the_flow_quarantines_failing_jobs_and_releases_one_that_passes_again(
         prefect_harness, spark, defect_lake, tmp_path) -> None:
-    from flows.pipeline import validate_metrics
-    from models.config import LoopConfig
-    from models.control import apply_messages
-    from models.knowledge import Knowledge
-    from tasks.analyze import analyze
-    from tasks.plan import plan
+    from daedalus.flows.pipeline import validate_metrics
+    from daedalus.models.config import LoopConfig
+    from daedalus.models.control import apply_messages
+    from daedalus.models.knowledge import Knowledge
+    from daedalus.tasks.analyze import analyze
+    from daedalus.tasks.plan import plan
     from tests.helpers import observation
 
     store = str(tmp_path / "store")
@@ -130,7 +130,7 @@ def test_the_flow_quarantines_failing_jobs_and_releases_one_that_passes_again(
 
 def test_cli_validate_exits_nonzero_and_lists_job_expectation_and_rows(prefect_harness, spark, defect_lake,
                                                                        tmp_path) -> None:
-    from flows.cli import app
+    from daedalus.cli.main import app
 
     out = tmp_path / "report.json"
     result = CliRunner().invoke(app, ["validate", "--lake", defect_lake.url, "--until", str(UNTIL),
@@ -141,7 +141,7 @@ def test_cli_validate_exits_nonzero_and_lists_job_expectation_and_rows(prefect_h
 
 
 def test_cli_validate_passes_on_a_clean_lake(prefect_harness, spark, tmp_path) -> None:
-    from flows.cli import app
+    from daedalus.cli.main import app
 
     lake = Lake(str(tmp_path / "lake"))
     write(lake, rows("fine", 120))

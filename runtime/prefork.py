@@ -4,7 +4,7 @@ A process worker starts every flow run as a new `python -m prefect.engine`: abou
 (Prefect, pandas, statsmodels, pmdarima) before a loop iteration that itself takes a fraction of a second.
 With a hundred jobs a minute on two cores that alone would not keep up. `daedalus worker` therefore starts a
 preloaded process (imports done, no threads, no connections) next to a normal `prefect worker start`, and
-deployments set the process pool's `command` to a tiny client (`python -I -m deployments.prefork`). The
+deployments set the process pool's `command` to a tiny client (`python -I -m daedalus.runtime.prefork`). The
 client hands its environment, working folder and stdin/stdout/stderr to the preloaded process, which forks;
 the child runs exactly what `python -m prefect.engine` runs and reports its exit code. Cancellation signals
 are forwarded to the child. Without the preloaded process (a plain `prefect worker start`), the client simply
@@ -30,7 +30,8 @@ PRELOAD = (
     "prefect.flow_engine", "prefect.task_engine", "prefect.flow_runs", "prefect.artifacts",
     "prefect.deployments.flow_runs", "prefect.input", "prefect.events.clients", "prefect.logging.handlers",
     "prefect.client.orchestration", "prefect.results", "prefect.runner.storage", "prefect._internal.metrics",
-    "flows.mape_k", "flows.approval", "flows.dashboards", "deployments.targets", "connectors.sim_persistent",
+    "daedalus.flows.mape_k", "daedalus.flows.approval", "daedalus.flows.dashboards", "daedalus.connectors.targets",
+    "daedalus.connectors.sim_persistent",
     "pmdarima", "statsmodels.tsa.statespace.sarimax", "matplotlib.pyplot",
     # imported lazily during a loop run (found by comparing sys.modules before and after one run)
     "prefect.utilities.visualization", "fastapi", "starlette.applications", "anyio._backends._asyncio",
@@ -42,7 +43,7 @@ _HEADER = struct.Struct("!I")
 
 def job_variables() -> dict[str, str]:
     """The process pool's `command` for deployments: the client, with this interpreter."""
-    return {"command": f"{sys.executable} -I -m deployments.prefork"}
+    return {"command": f"{sys.executable} -I -m daedalus.runtime.prefork"}
 
 
 # --- framing ---------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
     if socket_path is None:
         folder = tempfile.mkdtemp(prefix="daedalus-prefork-")
         socket_path = Path(folder) / "prefork.sock"
-    zygote = subprocess.Popen([sys.executable, "-m", "deployments.prefork", "serve", str(socket_path)])
+    zygote = subprocess.Popen([sys.executable, "-m", "daedalus.runtime.prefork", "serve", str(socket_path)])
     for _ in range(600):
         if socket_path.exists() or zygote.poll() is not None:
             break

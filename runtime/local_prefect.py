@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.errors import ConnectorError
+from daedalus.models.errors import ConnectorError
 
 # Prefect 3.8.8's scheduler inserts runs with an ORM bulk insert that SQLAlchemy 2.1 refuses ("Can't evaluate
 # bulk DML statement"): with it, deployments get no scheduled runs at all.

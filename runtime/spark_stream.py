@@ -1,6 +1,6 @@
 """A local Spark Structured Streaming job that Daedalus can watch (Prometheus) and rescale (spark-local).
 
-Run as its own process: `python -m connectors.spark_stream WORKDIR --workload FILE --metrics-port PORT`.
+Run as its own process: `python -m daedalus.runtime.spark_stream WORKDIR --workload FILE --metrics-port PORT`.
 In WORKDIR:
 - `input/`: a feeder thread writes one JSON-lines file per second, as many rows as the workload trace says
   (one rate per line, tuples/s), each row with a unique increasing `id` — the topic the job reads;

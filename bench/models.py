@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.config import LoopConfig
-from models.knowledge import Knowledge
-from sim.bench_policies import Workload
-from sim.simulator import SimConfig, Simulator
+from daedalus.bench.policies import Workload
+from daedalus.models.config import LoopConfig
+from daedalus.models.knowledge import Knowledge
+from daedalus.sim.simulator import SimConfig, Simulator
 
 HORIZON_S = 900
 STEP_S = 60

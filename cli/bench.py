@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from models.errors import DaedalusError
+from daedalus.models.errors import DaedalusError
 
 console = Console(stderr=True)
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday"]
@@ -101,7 +101,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         scale_in_interval: ScaleInInterval = None,
     ) -> None:
         """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
-        from sim.bench_policies import POLICIES, resolve_workloads, run_benchmark
+        from daedalus.bench.policies import POLICIES, resolve_workloads, run_benchmark
 
         try:
             chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
@@ -129,7 +129,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seed: Annotated[int, typer.Option()] = 0,
     ) -> None:
         """The cost of one MAPE-K iteration per job, and how many jobs one process serves per minute."""
-        from sim.bench_loop import run_loop_bench
+        from daedalus.bench.loop import run_loop_bench
 
         with _progress("simulated minutes") as progress:
             bar = progress.add_task(f"{jobs} job(s)", total=None)
@@ -153,8 +153,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
     ) -> None:
         """15-minute-horizon WAPE of the forecaster on each trace, against last value and seasonal naive."""
-        from sim.bench_models import forecast_markdown, run_forecast_bench
-        from sim.bench_policies import load_all, resolve_workloads
+        from daedalus.bench.models import forecast_markdown, run_forecast_bench
+        from daedalus.bench.policies import load_all, resolve_workloads
 
         try:
             chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
@@ -175,7 +175,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         hours: Annotated[float, typer.Option(min=0.1, help="Simulated hours per run")] = 1.0,
     ) -> None:
         """Capacity estimate against the simulator's true capacity at each scale-out, with and without skew."""
-        from sim.bench_models import capacity_markdown, run_capacity_bench
+        from daedalus.bench.models import capacity_markdown, run_capacity_bench
 
         with _progress("runs") as progress:
             bar = progress.add_task("capacity", total=2 * max_scaleout * seeds)

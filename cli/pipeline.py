@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from connectors.store import DEFAULT_URL as DEFAULT_STORE
+from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
+from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
 
 console = Console(stderr=True)
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -40,7 +40,7 @@ def _jobs(values: list[str] | None) -> list[str] | None:
 def fleet_workloads(jobs: int, seconds: int, seed: int = 0) -> list[np.ndarray]:
     """Per-second workloads: windows of the multi-day traces (../shared/workloads/multiday, 5 min steps,
     interpolated) at random offsets and levels with 2 % noise; a daily sine with noise when they are absent."""
-    from sim.workloads import load_workload
+    from daedalus.sim.workloads import load_workload
 
     rng = np.random.default_rng(seed)
     traces = sorted((SHARED / "workloads" / "multiday").glob("*_5min.csv"))
@@ -63,7 +63,7 @@ def write_fleet(lake_url: str, jobs: int, hours: float, workers: int, seed: int 
     """A lake of `jobs` jobs × `hours` of per-second rows × `workers` workers; returns (end time, rows)."""
     import pyarrow as pa
 
-    from connectors.lake import SCHEMA, Lake
+    from daedalus.connectors.lake import SCHEMA, Lake
 
     lake, seconds = Lake(lake_url), round(hours * 3600)
     ts = start + 1 + np.arange(seconds)
@@ -139,7 +139,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
     ) -> None:
         """Run the validate-metrics flow once; exits 1 when a job fails, listing job, expectation and rows."""
-        from flows.pipeline import validate_metrics
+        from daedalus.flows.pipeline import validate_metrics
 
         _quiet_prefect()
         with _spinner("") as progress:
@@ -165,7 +165,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
     ) -> None:
         """Run the retrain-forecasters flow once: fit, backtest, promote only where better."""
-        from flows.pipeline import retrain_forecasters
+        from daedalus.flows.pipeline import retrain_forecasters
 
         _quiet_prefect()
         with _spinner("") as progress:
@@ -180,7 +180,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         min_age_s: Annotated[float, typer.Option(min=0.0)] = 7200.0,
     ) -> None:
         """Run the compact-lake flow once: merge each partition's old small files."""
-        from flows.pipeline import compact_lake
+        from daedalus.flows.pipeline import compact_lake
 
         _quiet_prefect()
         report = compact_lake(lake_url=lake, min_age_s=min_age_s)
@@ -197,9 +197,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seed: Annotated[int, typer.Option()] = 0,
     ) -> None:
         """Retrain N jobs' forecasters (fit + backtest + promotion) on each master; prints times and speed-up."""
-        from connectors.lake import Lake
-        from connectors.spark import SparkSettings, session, stop
-        from tasks.retrain import promote, retrain_fleet
+        from daedalus.connectors.lake import Lake
+        from daedalus.connectors.spark import SparkSettings, session, stop
+        from daedalus.tasks.retrain import promote, retrain_fleet
 
         with tempfile.TemporaryDirectory() as tmp:
             url = lake or f"{tmp}/lake"
@@ -249,9 +249,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seed: Annotated[int, typer.Option()] = 0,
     ) -> None:
         """Validate N jobs' last hour with the whole suite on one master; prints the time."""
-        from connectors.lake import Lake
-        from connectors.spark import SparkSettings, session, stop
-        from tasks.validate import validate as run_validation
+        from daedalus.connectors.lake import Lake
+        from daedalus.connectors.spark import SparkSettings, session, stop
+        from daedalus.tasks.validate import validate as run_validation
 
         with tempfile.TemporaryDirectory() as tmp:
             url = lake or f"{tmp}/lake"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models.types import Observation
-from sim.simulator import Simulator
+from daedalus.models.types import Observation
+from daedalus.sim.simulator import Simulator
 
 
 class SimulatedJob:

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from models.errors import ConnectorError, DaedalusError
-from models.types import Observation
+from daedalus.models.errors import ConnectorError, DaedalusError
+from daedalus.models.types import Observation
 
 console = Console(stderr=True)
 
@@ -80,10 +80,10 @@ def _print_observation(obs: Observation, holds: tuple[str, ...], queries: dict[s
 def observe_job(jobs_file: Path, job: str, window_s: float, at: float | None) -> tuple[Observation, tuple[str, ...],
                                                                                        dict[str, str]]:
     """Run the monitor phase once for a job of the jobs file, and the loop's validation on its result."""
-    from connectors.prometheus import PrometheusSource
-    from deployments.jobs import load_jobs
-    from models.validation import validate_observation
-    from tasks.monitor import unavailable
+    from daedalus.connectors.jobs import load_jobs
+    from daedalus.connectors.prometheus import PrometheusSource
+    from daedalus.models.loop import unavailable
+    from daedalus.models.validation import validate_observation
 
     spec = load_jobs(jobs_file).job(job)
     if spec.engine == "sim":
@@ -102,12 +102,12 @@ def observe_job(jobs_file: Path, job: str, window_s: float, at: float | None) ->
 
 def bench_monitor(hours: float, repeats: int, progress: Progress) -> dict[str, Any]:
     """Monitor cost for one 12-worker job against a local Prometheus holding `hours` of simulated history."""
-    from connectors.prometheus import PrometheusSource
-    from connectors.promql import QuerySet
-    from sim.exporter import SimExporter, local_prometheus
-    from sim.scenario import scenario
-    from sim.simulator import SimConfig, Simulator
-    from sim.workloads import sine_workload
+    from daedalus.connectors.prometheus import PrometheusSource
+    from daedalus.connectors.promql import QuerySet
+    from daedalus.sim.exporter import SimExporter, local_prometheus
+    from daedalus.sim.scenario import scenario
+    from daedalus.sim.simulator import SimConfig, Simulator
+    from daedalus.sim.workloads import sine_workload
 
     sim_config, _, workload = scenario(sine_workload(hours=hours), 12, 0.9, 0)
     start = float(int(time.time()) - int(hours * 3600) - 60)

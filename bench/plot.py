@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from sim.bench_policies import CDF_QUANTILES, POLICIES
+from daedalus.bench.policies import CDF_QUANTILES, POLICIES
 
 
 def _order(policies: set[str]) -> list[str]:

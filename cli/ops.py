@@ -16,10 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from connectors.store import DEFAULT_URL
-from deployments.ops_bench import POLL_S, WORKER_LIMIT
-from models.errors import DaedalusError
+from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
+from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
+from daedalus.connectors.store import DEFAULT_URL
+from daedalus.models.errors import DaedalusError
+from daedalus.models.text import utc
 
 console = Console(stderr=True)
 out = Console()
@@ -51,17 +52,11 @@ def _api_configured() -> bool:
     return bool(PREFECT_API_URL.value())
 
 
-def _utc(t: float | None) -> str:
-    from datetime import UTC, datetime
-
-    return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 # --- the jobs file -----------------------------------------------------------------------------------------
 
 
 def jobs_table(path: Path) -> Table:
-    from deployments.jobs import load_jobs
+    from daedalus.connectors.jobs import load_jobs
 
     jobs = load_jobs(path)
     t = Table(title=f"{path}: {len(jobs.jobs)} job(s), valid")
@@ -120,18 +115,18 @@ def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _job_names(store_url: str, jobs_file: Path | None) -> list[tuple[str, str]]:
-    from connectors.store import KnowledgeStore
+    from daedalus.connectors.store import KnowledgeStore
 
     if jobs_file is not None:
-        from deployments.jobs import load_jobs
+        from daedalus.connectors.jobs import load_jobs
 
         return [(j.name, j.mode) for j in load_jobs(jobs_file).jobs]
     return [(name, "?") for name in KnowledgeStore(store_url).jobs()]
 
 
 def fleet_table(store_url: str, jobs_file: Path | None) -> Table:
-    from flows.approval import kill_switch
-    from flows.dashboards import fleet_rows
+    from daedalus.connectors.switches import kill_switch
+    from daedalus.tasks.dashboards import fleet_rows
 
     jobs = _job_names(store_url, jobs_file)
     rows = fleet_rows(jobs, store_url, time.time())
@@ -164,9 +159,10 @@ def fleet_table(store_url: str, jobs_file: Path | None) -> Table:
 
 
 def job_detail(job: str, store_url: str) -> None:
-    from connectors.inbox import Inbox
-    from connectors.store import KnowledgeStore
-    from flows.dashboards import ledger_rows, read_status
+    from daedalus.connectors.inbox import Inbox
+    from daedalus.connectors.status import read_status
+    from daedalus.connectors.store import KnowledgeStore
+    from daedalus.tasks.dashboards import ledger_rows
 
     status = read_status(store_url, job)
     k = KnowledgeStore(store_url).load(job).knowledge
@@ -175,7 +171,7 @@ def job_detail(job: str, store_url: str) -> None:
     if status:
         out.print(f"[bold]{job}[/bold] ({status['mode']}): scale-out {status['current']}, recommended "
                   f"{status['recommended']} ({status['kind']}); health: {status['health']}")
-        out.print(f"  last loop {_utc(status['wall'])} UTC; capacity now {status['capacity']:,.0f}/s, workload "
+        out.print(f"  last loop {utc(status['wall'])}; capacity now {status['capacity']:,.0f}/s, workload "
                   f"{status['workload']:,.0f}/s, forecast peak {status['forecast_peak']:,.0f}/s "
                   f"({status['forecast_method']})")
         for reason in status["reasons"]:
@@ -220,8 +216,8 @@ def answer(proposal: str, decision: str, parallelism: int | None, operator: str,
            jobs_file: Path | None, store_url: str) -> dict[str, Any]:
     """Check the answer against the jobs file and the job's knowledge, then resume the proposal's approval run
     (or, without one, post to the job's inbox). Refused before anything is sent."""
-    from deployments.jobs import load_jobs
-    from flows.approval import Refused, check_answer, post_answer
+    from daedalus.connectors.jobs import load_jobs
+    from daedalus.tasks.approval import Refused, check_answer, post_answer
 
     run = find_approval_run(proposal)
     if run is not None:
@@ -282,9 +278,9 @@ def _progress() -> Progress:
 def deploy_jobs(jobs_file: Path, store_url: str, pool: str, only: list[str], prune: bool, create_pool: bool,
                 prefork: bool, lake_url: str | None, background: bool = True
                 ) -> tuple[dict[str, str], list[str], float]:
-    from deployments.deploy import apply_deployments, plan_deployments, prune_deployments
-    from deployments.jobs import load_jobs
-    from deployments.prefork import job_variables
+    from daedalus.connectors.jobs import load_jobs
+    from daedalus.deployments.deploy import apply_deployments, plan_deployments, prune_deployments
+    from daedalus.runtime.prefork import job_variables
 
     started = time.perf_counter()
     jobs = load_jobs(jobs_file)
@@ -337,10 +333,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """One `mape-k` deployment per job (every minute, one run at a time) plus the operator and background flows."""
         try:
             if prefect_yaml is not None:
-                from deployments.deploy import plan_deployments
-                from deployments.deploy import prefect_yaml as render
-                from deployments.jobs import load_jobs
-                from deployments.prefork import job_variables
+                from daedalus.connectors.jobs import load_jobs
+                from daedalus.deployments.deploy import plan_deployments
+                from daedalus.deployments.deploy import prefect_yaml as render
+                from daedalus.runtime.prefork import job_variables
 
                 planned, notes = plan_deployments(load_jobs(file), store, job or (), None if no_lake else lake,
                                                   job_variables=job_variables() if prefork else None,
@@ -414,8 +410,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
     def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: str, store_url: str,
                 jobs_file: Path | None) -> None:
-        from connectors.inbox import Inbox
-        from flows.approval import clear_kill_switch, set_kill_switch
+        from daedalus.connectors.inbox import Inbox
+        from daedalus.connectors.switches import clear_kill_switch, set_kill_switch
 
         if (job is None) == (not all_jobs):
             raise typer.BadParameter("give a JOB or --all")
@@ -429,7 +425,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             return
         assert job is not None
         if jobs_file is not None:
-            from deployments.jobs import load_jobs
+            from daedalus.connectors.jobs import load_jobs
 
             load_jobs(jobs_file).job(job)
         msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason})
@@ -475,8 +471,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         store: Store = DEFAULT_URL,
     ) -> None:
         """Scale a job by hand, within its limits (what the `scale-job` deployment does from the UI)."""
-        from deployments.jobs import load_jobs
-        from flows.approval import post_manual_scale
+        from daedalus.connectors.jobs import load_jobs
+        from daedalus.tasks.approval import post_manual_scale
 
         try:
             msg = post_manual_scale(load_jobs(jobs).job(job), parallelism, reason, operator, store)
@@ -494,7 +490,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                        "resumed run comes back while its slot is still held")] = 0,
     ) -> None:
         """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved)."""
-        from deployments.prefork import run_worker
+        from daedalus.runtime.prefork import run_worker
 
         raise typer.Exit(run_worker(pool, socket_path, limit or None))
 
@@ -506,7 +502,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Time `daedalus deploy` of N simulated jobs against a fresh local Prefect server."""
         import tempfile
 
-        from deployments.local_prefect import start_server
+        from daedalus.runtime.local_prefect import start_server
 
         with tempfile.TemporaryDirectory(prefix="daedalus-bench-") as tmp:
             console.print("Starting a local Prefect server (SQLite) ...")
@@ -545,7 +541,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                                            "(PREFECT_WORKER_QUERY_SECONDS)")] = POLL_S,
     ) -> None:
         """Can one local server and one process worker keep up with N jobs every minute? Start delays and backlog."""
-        from deployments.ops_bench import run_schedule_bench, schedule_table
+        from daedalus.bench.schedule import run_schedule_bench, schedule_table
 
         report = run_schedule_bench(jobs, minutes, prefork, keep, console, background, postgres, worker_limit,
                                     poll_seconds)

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from deployments.local_prefect import LocalPrefect, start_postgres, start_server
+from daedalus.runtime.local_prefect import LocalPrefect, start_postgres, start_server
 
 TICK = os.sysconf("SC_CLK_TCK")
 # The worker polls every POLL_S and starts at most WORKER_LIMIT runs in flight. Prefect's defaults (10 s, and
@@ -59,7 +59,7 @@ def _zygote(worker_pid: int) -> int | None:
     """The preloaded process under `daedalus worker`: its tree is the flow runs' CPU."""
     for pid in _children(worker_pid):
         try:
-            if b"deployments.prefork\0serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"daedalus.runtime.prefork\0serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
         except OSError:
             continue
@@ -155,7 +155,7 @@ def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
 def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | None, console: Console,
                        background: bool = True, postgres: bool = False, worker_limit: int = WORKER_LIMIT,
                        poll_s: float = POLL_S) -> dict[str, Any]:
-    from flows.cli_ops import bench_jobs_file, deploy_jobs
+    from daedalus.cli.ops import bench_jobs_file, deploy_jobs
 
     tmp = None if keep else tempfile.TemporaryDirectory(prefix="daedalus-bench-")
     root = keep or Path(tmp.name)  # type: ignore[union-attr]

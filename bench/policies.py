@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.errors import WorkloadError
+from daedalus.models.errors import WorkloadError
 
 POLICIES = ("static", "hpa-80", "hpa-85", "ds2", "daedalus")
 PAPER = ("sine_60000_6h.csv", "sine_100000_6h.csv", "advertising_6h_400K_max.csv", "tm_6h_100K_max.csv")
@@ -91,7 +91,7 @@ def _one(item: str, root: Path) -> Workload:
 
 def load_all(workloads: Iterable[Workload], min_s: int = MIN_RUN_S) -> dict[str, np.ndarray]:
     """Read every trace before any run starts, so a bad file fails first, with its name and line."""
-    from sim.workloads import load_workload
+    from daedalus.sim.workloads import load_workload
 
     traces = {}
     for w in workloads:
@@ -114,14 +114,15 @@ class Case:
 def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float,
              loop_overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One simulated run, scored, with the series the figures need (a process-pool task)."""
-    from models import policies
-    from sim.report import score
-    from sim.runner import run
-    from sim.scenario import scenario
+    from daedalus.models import policies
+    from daedalus.sim.report import score
+    from daedalus.sim.runner import run
+    from daedalus.sim.scenario import scenario
 
     started = time.process_time()
     sim_config, loop_config, workload = scenario(values, max_scaleout, peak_utilization, case.seed, loop_overrides)
-    result = run(workload, policies.make(case.policy, max_scaleout), sim_config, loop_config, seed=case.seed)
+    policy = policies.make(case.policy, max_scaleout, loop_config)
+    result = run(workload, policy, sim_config, loop_config, seed=case.seed)
     report = score(result)
     report["forecaster_retrains"] = result.retrains
     report["run_cpu_s"] = time.process_time() - started
@@ -332,11 +333,11 @@ def run_benchmark(
     """Run every case, write `policies.json`, `policies.md` and one figure per workload into `out`.
 
     `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none)."""
-    from models import policies as registry
-    from models.config import LoopConfig
-    from sim.bench_plot import plot_workload
-    from sim.report import SLO_S
-    from sim.simulator import SimConfig
+    from daedalus.bench.plot import plot_workload
+    from daedalus.models import policies as registry
+    from daedalus.models.config import LoopConfig
+    from daedalus.sim.report import SLO_S
+    from daedalus.sim.simulator import SimConfig
 
     unknown = [p for p in policies if p not in registry.names()]
     if unknown:

@@ -1,6 +1,6 @@
 """`daedalus bench loop`: the cost of one MAPE-K iteration, and how many jobs one process serves per minute.
 
-Each job is a Simulator with its own Knowledge, driven through flows.mape_k.iterate with the PLAIN phases (the
+Each job is a Simulator with its own Knowledge, driven through models.loop.iterate with the PLAIN phases (the
 task functions without Prefect), exactly as the simulation runner drives the Daedalus policy. Every simulated
 minute all N jobs advance by 60 s, then each runs one iteration. Two costs are recorded per iteration:
 
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from connectors import targets
-from connectors.simulated import SimulatedJob
-from models.config import LoopConfig
-from models.knowledge import Knowledge
-from sim.scenario import scenario
-from sim.simulator import SimConfig, Simulator
-from sim.workloads import sine_workload
+from daedalus.models.config import LoopConfig
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.ports import Target
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.scenario import scenario
+from daedalus.sim.simulator import SimConfig, Simulator
+from daedalus.sim.workloads import sine_workload
 
 STEP_S = 60
 
@@ -42,7 +42,7 @@ STEP_S = 60
 @dataclass
 class _Job:
     sim: Simulator
-    target: targets.Target
+    target: Target
     knowledge: Knowledge
     workload: np.ndarray
 
@@ -51,7 +51,7 @@ def _job(workload: np.ndarray, sim_config: SimConfig, loop_config: LoopConfig, k
          initial_scaleout: int | None = None) -> _Job:
     sim = Simulator(workload, sim_config, seed=seed, initial_scaleout=initial_scaleout, job="bench")
     adapter = SimulatedJob(sim)
-    target = targets.Target("bench", metrics=adapter, scaler=adapter, clock=adapter, config=loop_config)
+    target = Target("bench", metrics=adapter, scaler=adapter, clock=adapter, config=loop_config)
     return _Job(sim, target, knowledge, workload)
 
 
@@ -71,7 +71,7 @@ def _continue(template: _Job, seed: int) -> _Job:
 
 def _step(jobs: list[_Job], elapsed: float, loop_ms: list[tuple[float, float]], iter_ms: list[float]) -> float:
     """Advance every job one minute and run its iteration; returns the simulator's share in ms."""
-    from flows.mape_k import PLAIN, iterate
+    from daedalus.models.loop import PLAIN, iterate
 
     started = time.perf_counter()
     for job in jobs:

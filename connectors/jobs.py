@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, ValidationError, model_validator
 
-from models.config import LoopConfig
-from models.errors import ConfigurationError
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import ConfigurationError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -120,7 +120,9 @@ class JobSpec(Strict):
             raise ValueError(f"field prometheus.url: engine {self.engine!r} needs a Prometheus URL")
         if not self.selector:
             raise ValueError(f"field selector: engine {self.engine!r} needs labels that pick the job's series")
-        from connectors.promql import QuerySet  # the templates render now, so a bad override fails at load time
+        from daedalus.connectors.promql import (
+            QuerySet,  # the templates render now, so a bad override fails at load time
+        )
 
         try:
             QuerySet(self.name, self.engine, self.selector, self.source, self.queries, 60.0)

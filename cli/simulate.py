@@ -1,33 +1,66 @@
-"""The `daedalus` command line: a thin typer layer over flows, the simulator and the benchmark."""
+"""`daedalus simulate` and `daedalus demo`: a policy on the embedded simulated job, scored and plotted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from flows import cli_bench, cli_connectors, cli_ops, cli_pipeline
-from models.errors import DaedalusError
+from daedalus.cli import bench as cli_bench
+from daedalus.cli.common import console, fail, progress
+from daedalus.connectors import targets
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models import policies
+from daedalus.models.errors import DaedalusError
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.policies.base import Policy, Step
+from daedalus.models.ports import Target
 
-app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processing jobs, on Prefect.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
-                    no_args_is_help=True)
-app.add_typer(bench, name="bench")
-console = Console(stderr=True)
+
+class FlowPolicy:
+    """The Daedalus policy with every loop run through the real `mape-k` Prefect flow (the demo's path):
+    the same loop body as the `daedalus` policy, plus the flow's store, dashboards and events."""
+
+    name = "daedalus"
+
+    def __init__(self, store_url: str) -> None:
+        self.store_url = store_url
+        self.job: str | None = None
+
+    def step(self, target: Target) -> Step:
+        from daedalus.flows.mape_k import mape_k
+
+        self.job = target.job
+        targets.register(target)
+        try:
+            with _in_process_prefect():
+                s = mape_k(job=target.job, store_url=self.store_url)
+        finally:
+            targets.unregister(target.job)
+        return Step(s["kind"], s["current"], s["target"], s["loop_ms"], executed=s["action"] == "executed",
+                    capacity=s["capacity_current"], forecast_wape=s["forecast_wape"])
+
+    @property
+    def knowledge(self) -> Knowledge | None:
+        return None if self.job is None else KnowledgeStore(self.store_url).load(self.job).knowledge
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("simulated loops"), TimeRemainingColumn(), console=console)
+@contextlib.contextmanager
+def _in_process_prefect() -> Iterator[None]:
+    """Flow-run heartbeats detect crashed workers; in one process on a simulated clock they only add a
+    second-long thread join to every run, so they are off here."""
+    from prefect.settings import PREFECT_RUNNER_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_RUNNER_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def _summary_table(report: dict[str, Any]) -> Table:
@@ -55,30 +88,28 @@ def _summary_table(report: dict[str, Any]) -> Table:
     return t
 
 
-def _fail(exc: Exception) -> None:
-    console.print(f"[red]{type(exc).__name__}:[/red] {exc}")
-    raise typer.Exit(1)
+def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
+               description: str, loop_overrides: dict[str, float] | None = None, store_url: str | None = None
+               ) -> tuple[Any, dict[str, Any]]:
+    """Simulate `policy` on the workload (the paper's scenario) with a progress bar; returns the run and its score.
 
-
-def _run_sim(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
-             orchestrated: bool, description: str, loop_overrides: dict[str, float] | None = None
-             ) -> tuple[Any, dict[str, Any]]:
-    from models import policies
-    from sim.report import score
-    from sim.runner import run
-    from sim.scenario import scenario
+    With `store_url`, Daedalus runs every loop through the `mape-k` flow, keeping its knowledge there.
+    """
+    from daedalus.sim.report import score
+    from daedalus.sim.runner import run
+    from daedalus.sim.scenario import scenario
 
     sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed,
                                                  loop_overrides)
-    with _progress() as progress:
-        bar = progress.add_task(description, total=None)
-        result = run(workload, policies.make(policy, max_scaleout), sim_config, loop_config, seed=seed,
-                     orchestrated=orchestrated,
-                     on_loop=lambda done, total: progress.update(bar, completed=done, total=total))
+    chosen: Policy = FlowPolicy(store_url) if store_url is not None and policy == "daedalus" else \
+        policies.make(policy, max_scaleout, loop_config)
+    with progress("simulated loops") as bar_progress:
+        bar = bar_progress.add_task(description, total=None)
+        result = run(workload, chosen, sim_config, loop_config, seed=seed,
+                     on_loop=lambda done, total: bar_progress.update(bar, completed=done, total=total))
     return result, score(result)
 
 
-@app.command()
 def simulate(
     workload: Annotated[Path, typer.Option(help="Workload trace (second|count, timestamp|value or date,messages)")],
     json_out: Annotated[Path, typer.Option("--json", help="Where to write the report (JSON)")],
@@ -92,39 +123,41 @@ def simulate(
     scale_in_interval: cli_bench.ScaleInInterval = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
-    from models import policies
-    from sim.workloads import load_workload
+    from daedalus.sim.workloads import load_workload
 
     if policy not in policies.names():
-        _fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
+        fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
         values = load_workload(workload, hours=hours)
-        _, report = _run_sim(values, policy, max_scaleout, peak_utilization, seed, prefect, workload.name,
-                             cli_bench.loop_overrides(target_recovery, scale_in_interval))
+        with tempfile.TemporaryDirectory() as tmp:
+            _, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
+                                   cli_bench.loop_overrides(target_recovery, scale_in_interval),
+                                   store_url=f"{tmp}/knowledge" if prefect else None)
     except DaedalusError as exc:
-        _fail(exc)
+        fail(exc)
     report["workload"] = str(workload)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2))
     console.print(_summary_table(report))
 
 
-@app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Output folder for report.json and report.png")] = Path("demo-output"),
     hours: Annotated[float, typer.Option(min=0.5)] = 6.0,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """The whole loop on the embedded simulator: a 6-hour sine workload through the Prefect flow."""
-    from sim.plot import plot_run
-    from sim.workloads import sine_workload
+    from daedalus.sim.plot import plot_run
+    from daedalus.sim.workloads import sine_workload
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):  # the progress bar tells the story
         logging.getLogger(name).setLevel(logging.WARNING)
     console.print("Starting Prefect (ephemeral mode) and the simulated job: 12 workers at most, "
                   "sine workload with two periods, peak at 90 % of the true capacity of 12 workers.")
-    result, report = _run_sim(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, True, "mape-k")
+    with tempfile.TemporaryDirectory() as tmp:
+        result, report = run_policy(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, "mape-k",
+                                    store_url=f"{tmp}/knowledge")
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot_run(result, out / "report.png")
@@ -132,13 +165,3 @@ def demo(
     console.print(f"Wrote {out / 'report.json'} and {out / 'report.png'}")
 
 
-for _area in (cli_connectors, cli_ops, cli_pipeline, cli_bench):
-    _area.register(app, bench)
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    try:
-        app()
-    except DaedalusError as exc:
-        console.print(f"[red]{type(exc).__name__}:[/red] {exc}")
-        sys.exit(1)

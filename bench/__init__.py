@@ -1,0 +1,1 @@
+"""Every benchmark: policies, loop cost, models, monitor, schedule, retrain, validate; and their plots."""

@@ -1,0 +1,1 @@
+"""The `daedalus` command line: one module per command group."""

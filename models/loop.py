@@ -1,0 +1,129 @@
+"""The loop body: one MAPE-K iteration over the ports (metrics source, scaler, clock) and the job's knowledge.
+
+Prefect-free: the `mape-k` flow runs it with its phases as Prefect tasks, the simulator and the benchmarks with
+the plain functions below (`PLAIN`). Either way the same code decides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daedalus.models import analyze as analysis
+from daedalus.models import planner
+from daedalus.models.config import LoopConfig
+from daedalus.models.control import ControlMessage, apply_messages
+from daedalus.models.errors import ConnectorError
+from daedalus.models.execute import execute
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.ports import MetricsSource, Target
+from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
+
+
+def monitor(job: str, source: MetricsSource, since: float | None, until: float) -> Observation:
+    """Monitor: the job's metrics since the previous loop."""
+    return source.observe(job, since, until)
+
+
+def plan(cfg: LoopConfig, a: Analysis, knowledge: Knowledge, now: float) -> Decision:
+    """Plan: Algorithm 1 and its guardrails, given what the knowledge remembers."""
+    ctx = planner.PlanContext(
+        job=knowledge.job,
+        last_rescale=knowledge.last_rescale,
+        last_action=knowledge.last_action,
+        pending_proposal=None if knowledge.pending is None else knowledge.pending.id,
+        paused=knowledge.paused,
+    )
+    return planner.plan(cfg, a, ctx, now)
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The four phases as callables: Prefect tasks in a flow run, the plain functions in a fast simulation."""
+
+    monitor: Callable[..., Observation]
+    analyze: Callable[..., Analysis]
+    plan: Callable[..., Decision]
+    execute: Callable[..., ScalingAction | None]
+
+
+PLAIN = Phases(monitor, analysis.analyze, plan, execute)
+
+
+@dataclass(frozen=True)
+class Iteration:
+    observation: Observation
+    analysis: Analysis
+    decision: Decision
+    action: ScalingAction | None
+    loop_ms: float  # analyze + plan, the loop's own cost
+    notes: tuple[str, ...] = ()  # what the inbox changed
+
+    def summary(self) -> dict[str, Any]:
+        d, a = self.decision, self.analysis
+        return {"decision": d.id, "kind": d.kind, "current": d.current, "target": d.target,
+                "reasons": list(d.reasons), "action": None if self.action is None else self.action.state,
+                "loop_ms": round(self.loop_ms, 3), "capacity_current": a.capacity(a.scaleout),
+                "forecast_peak": a.forecast.peak, "forecast_method": a.forecast.method,
+                "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes)}
+
+
+def unavailable(job: str, parallelism: int, reason: str) -> Observation:
+    """An empty observation that carries why nothing could be read: the loop holds on it."""
+    empty = np.array([], dtype=float)
+    return Observation(job=job, timestamps=empty, workload=empty, throughput={}, cpu={}, lag=empty,
+                       uptime_s=empty, parallelism=max(parallelism, 1), holds=(reason,))
+
+
+def observe_or_hold(job: str, source: MetricsSource, since: float | None, until: float, parallelism: int,
+                    call: Callable[..., Observation] = monitor) -> Observation:
+    """Run monitor; a source that still fails (after its retries) becomes a hold, never a crash."""
+    try:
+        return call(job, source, since, until)
+    except ConnectorError as exc:
+        return unavailable(job, parallelism, f"metrics unavailable: {exc}")
+
+
+def expire_proposal(knowledge: Knowledge, now: float) -> None:
+    """An unanswered proposal expires: nothing happens, and the loop may propose again."""
+    p = knowledge.pending
+    if p is not None and now >= p.expires:
+        entry = knowledge.entry(p.id)
+        if entry is not None:
+            entry.state = "expired"
+            entry.history.append((now, "expired unanswered"))
+        knowledge.pending = None
+
+
+def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
+            messages: list[ControlMessage] | None = None, stop: str | None = None) -> Iteration:
+    """Apply the inbox, then monitor → analyze → plan → execute, once.
+
+    An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
+    the plan is still made and reported. `stop` (kill switch for all jobs, blackout window) makes the plan's
+    own action a dry run that names it; an operator's action still applies.
+    """
+    cfg, job = target.config, target.job
+    now = target.clock.now()
+    try:
+        parallelism = target.scaler.current(job)
+    except ConnectorError:
+        parallelism = 1
+    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, parallelism,
+                          call=phases.monitor)
+    expire_proposal(knowledge, now)
+    applied = apply_messages(knowledge, messages or [], cfg, obs.parallelism, now)
+    started = time.perf_counter()
+    a = phases.analyze(cfg, obs, knowledge, now)
+    d = phases.plan(cfg, a, knowledge, now)
+    loop_ms = 1000 * (time.perf_counter() - started)
+    operator = applied.decision
+    if operator is not None and operator.changes:
+        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True)
+    else:
+        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop)
+    return Iteration(obs, a, d, action, loop_ms, tuple(applied.notes))

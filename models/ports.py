@@ -1,0 +1,44 @@
+"""What a control loop talks to, behind narrow protocols: a metrics source, a scaler and a clock.
+
+Prometheus, Kubernetes, Flink REST and the embedded simulator implement the same protocols, so the loop body
+(models/loop.py) never knows which one it drives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from daedalus.models.clock import Clock
+from daedalus.models.config import LoopConfig
+from daedalus.models.types import Observation
+
+
+class MetricsSource(Protocol):
+    def observe(self, job: str, since: float | None, until: float) -> Observation:
+        """Samples with since < timestamp ≤ until (the whole recent window when since is None)."""
+        ...
+
+
+class Scaler(Protocol):
+    def current(self, job: str) -> int:
+        """The job's current scale-out as the platform reports it."""
+        ...
+
+    def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
+        """Apply (or validate, with dry_run) a new scale-out; returns a message for the ledger.
+
+        Raises ConnectorError when the platform refuses.
+        """
+        ...
+
+
+@dataclass
+class Target:
+    """Everything one iteration of the loop needs to reach one streaming job."""
+
+    job: str
+    metrics: MetricsSource
+    scaler: Scaler
+    clock: Clock
+    config: LoopConfig = field(default_factory=LoopConfig)

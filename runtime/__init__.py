@@ -1,0 +1,1 @@
+"""Processes we start: the preloaded worker, local servers, the local streaming applications."""

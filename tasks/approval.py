@@ -1,0 +1,230 @@
+"""Operator actions: the proposal an operator sees, and checking and posting an answer or a manual scale.
+
+The loop never blocks on an operator. In `approve` mode it records a proposal (models/execute.py) and starts an
+`approve-scale` flow run, which suspends itself waiting for an answer from the Prefect UI (a form with the job's
+limits) or from `daedalus approve|reject`. The answer is checked against the job's knowledge (read, never
+written) and posted to the job's inbox; the loop's next run applies it (models/control.py checks again).
+An unanswered proposal expires: the suspended run times out and the loop drops the proposal, nothing happens.
+`scale-job` posts a manual action the same way, refused outside the job's limits. The flows are in
+flows/approval.py; the kill switch and blackout windows in connectors/switches.py.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from prefect import get_run_logger
+from prefect.input import RunInput
+from pydantic import BaseModel, Field, create_model
+
+from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.jobs import JobSpec
+from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.control import check_parallelism
+from daedalus.models.errors import DaedalusError
+from daedalus.models.text import utc
+
+if TYPE_CHECKING:
+    from daedalus.models.knowledge import Knowledge
+    from daedalus.models.loop import Iteration
+
+APPROVE_DEPLOYMENT = "approve-scale/approve-scale"
+
+
+class Refused(DaedalusError):
+    """An operator's request that cannot be applied; the message says why and what would be accepted."""
+
+
+# --- the proposal an operator sees ----------------------------------------------------------------
+
+
+class ApprovalRequest(BaseModel):
+    """A proposal with its reasoning, as the `approve-scale` flow run shows it."""
+
+    job: str
+    proposal: str
+    current: int
+    proposed: int
+    min_parallelism: int
+    max_parallelism: int
+    capacities: list[float]  # C_i for i = 1 … max, tuples/s
+    observed: list[bool]  # whether C_i was observed
+    recovery_times: list[float | None]  # predicted recovery at i, s (None: never)
+    avg_workload: float
+    lag: float
+    forecast_peak: float
+    forecast_method: str
+    predicted_recovery_s: float | None
+    reasons: list[str]
+    created: float  # job clock
+    expires: float  # job clock
+    deadline: float  # wall clock: when the suspended run stops waiting
+
+
+def clock_rate(spec: JobSpec) -> float:
+    """Job-clock seconds per wall-clock second (a simulated job may run faster than real time)."""
+    if spec.engine != "sim":
+        return 1.0
+    from daedalus.connectors.sim_persistent import settings
+
+    return settings(spec).speedup
+
+
+def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec, wall_now: float) -> ApprovalRequest:
+    a, d, p = it.analysis, it.decision, knowledge.pending
+    assert p is not None, "an approval request needs a pending proposal"
+    return ApprovalRequest(
+        job=knowledge.job, proposal=p.id, current=p.current, proposed=p.target,
+        min_parallelism=spec.parallelism.min, max_parallelism=spec.parallelism.max,
+        capacities=[round(c, 1) for c in a.capacities], observed=list(a.observed),
+        recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
+        avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
+        predicted_recovery_s=d.predicted_recovery_s, reasons=list(p.reasons), created=p.created, expires=p.expires,
+        deadline=wall_now + max(0.0, p.expires - a.now) / clock_rate(spec),
+    )
+
+
+def approval_markdown(r: ApprovalRequest) -> str:
+    """What the operator needs to decide: the proposal, the capacities behind it and why now."""
+    direction = "Scale out" if r.proposed > r.current else "Scale in"
+    rec = "n/a" if r.predicted_recovery_s is None else f"{r.predicted_recovery_s:,.0f} s"
+    lines = [
+        f"# {r.job}: {direction} {r.current} → {r.proposed}?",
+        "",
+        f"Proposal `{r.proposal}`: approve, reject, or approve with another parallelism within the job's limits "
+        f"[{r.min_parallelism}, {r.max_parallelism}]. Unanswered, it expires at {utc(r.deadline)} and nothing "
+        "happens.",
+        "",
+        "| | now | proposed |",
+        "|---|---:|---:|",
+        f"| scale-out | {r.current} | **{r.proposed}** |",
+        f"| capacity (tuples/s) | {r.capacities[r.current - 1]:,.0f} | {r.capacities[r.proposed - 1]:,.0f} |",
+        f"| workload: average last loop / forecast peak (15 min, {r.forecast_method}) | "
+        f"{r.avg_workload:,.0f} | {r.forecast_peak:,.0f} |",
+        f"| predicted recovery time | | {rec} |",
+        f"| consumer lag (tuples) | {r.lag:,.0f} | |",
+        "",
+        "## Why now",
+        *(f"1. {reason}" for reason in r.reasons or ["(no reason recorded)"]),
+        "",
+        "## Capacity per scale-out",
+        "| scale-out | capacity (tuples/s) | source | predicted recovery (s) |",
+        "|---:|---:|---|---:|",
+    ]
+    for i, (c, obs, rt) in enumerate(zip(r.capacities, r.observed, r.recovery_times, strict=True), start=1):
+        mark = " ← now" if i == r.current else (" ← proposed" if i == r.proposed else "")
+        lines.append(f"| {i}{mark} | {c:,.0f} | {'observed' if obs else 'estimated'} | "
+                     f"{'never' if rt is None else f'{rt:,.0f}'} |")
+    return "\n".join(lines)
+
+
+def answer_model(r: ApprovalRequest) -> type[RunInput]:
+    """The form the UI shows: limits from the jobs file, so the server itself refuses a parallelism outside."""
+    return create_model(
+        "ScaleApproval",
+        __base__=RunInput,
+        decision=(Literal["approve", "reject"], Field("approve", description="approve or reject the proposal")),
+        parallelism=(int, Field(r.proposed, ge=r.min_parallelism, le=r.max_parallelism,
+                                description=f"scale-out to apply when approving, within "
+                                            f"[{r.min_parallelism}, {r.max_parallelism}]")),
+        operator=(str, Field("prefect-ui", description="who answers; recorded in the ledger")),
+        reason=(str, Field("", description="why; recorded in the ledger")),
+    )
+
+
+# --- checking and posting an answer ---------------------------------------------------------------
+
+
+def job_now(spec: JobSpec, store_url: str) -> float:
+    """The job's clock, read without changing anything (a simulated job's clock runs at its speedup)."""
+    if spec.engine != "sim":
+        return time.time()
+    from daedalus.connectors.sim_persistent import peek_now
+    from daedalus.models.errors import ConnectorError
+
+    try:
+        return peek_now(spec, store_url)
+    except ConnectorError:  # not simulated yet: its clock starts at the wall clock
+        return time.time()
+
+
+def check_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | None, store_url: str) -> int | None:
+    """Refuse an answer that cannot apply, before anything is posted; returns the parallelism to apply."""
+    job = spec.name
+    if decision == "approve" and parallelism is not None:
+        refusal = check_parallelism(spec.loop_config(), parallelism)
+        if refusal:
+            raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.parallelism.min}, "
+                          f"max {spec.parallelism.max} in the jobs file)")
+    k = KnowledgeStore(store_url).load(job).knowledge
+    if k is None:
+        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
+    for _, msg in Inbox(store_url).pending(job):
+        if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
+            raise Refused(f"proposal {proposal} was already answered ({msg.kind} by "
+                          f"{msg.body.get('operator', '?')}); the loop applies it at its next run")
+    if k.pending is None or k.pending.id != proposal:
+        entry = k.entry(proposal)
+        if entry is None:
+            raise Refused(f"job {job!r} has no proposal {proposal}")
+        raise Refused(f"proposal {proposal} is no longer pending: it was {entry.state}")
+    now = job_now(spec, store_url)
+    if now >= k.pending.expires:
+        raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)} (job clock): nothing was done")
+    return parallelism if parallelism is not None else k.pending.target
+
+
+def post_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | None, operator: str, reason: str,
+                store_url: str) -> dict[str, Any]:
+    """Check, then post the answer to the job's inbox for its loop to apply."""
+    target = check_answer(spec, proposal, decision, parallelism, store_url)
+    body: dict[str, Any] = {"proposal": proposal, "operator": operator}
+    if decision == "approve":
+        body["parallelism"] = target
+    else:
+        body["reason"] = reason
+    msg = Inbox(store_url).post(spec.name, decision, body, now=job_now(spec, store_url))
+    return {"job": spec.name, "proposal": proposal, "decision": decision, "parallelism": body.get("parallelism"),
+            "operator": operator, "message": msg.id}
+
+
+def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> str | None:
+    """Start the `approve-scale` run for a new proposal (deployed runs only); returns its flow run id."""
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    logger = get_run_logger()
+    request = approval_request(it, knowledge, spec, time.time())
+    try:
+        run = run_deployment(APPROVE_DEPLOYMENT, parameters={"request": request.model_dump(), "store_url": store_url,
+                                                             "jobs_file": jobs_file},
+                             timeout=0, as_subflow=False, flow_run_name=f"approve-{request.proposal}",
+                             tags=["daedalus", f"job:{request.job}", f"proposal:{request.proposal}"])
+    except ObjectNotFound:
+        logger.warning("no %s deployment: answer proposal %s with `daedalus approve|reject %s`",
+                       APPROVE_DEPLOYMENT, request.proposal, request.proposal)
+        return None
+    logger.info("proposal %s awaits an operator in flow run %s", request.proposal, run.id)
+    return str(run.id)
+
+
+def outcome_markdown(r: ApprovalRequest, outcome: str) -> str:
+    return f"# {r.job}: proposal `{r.proposal}` ({r.current} → {r.proposed})\n\n{outcome}\n"
+
+
+
+
+
+
+def post_manual_scale(spec: JobSpec, parallelism: int, reason: str, operator: str, store_url: str) -> str:
+    """Refuse a manual action outside the job's limits, else post it to the job's inbox."""
+    refusal = check_parallelism(spec.loop_config(), parallelism)
+    if refusal:
+        raise Refused(f"manual scale of {spec.name!r} refused: {refusal} (min {spec.parallelism.min}, "
+                      f"max {spec.parallelism.max} in the jobs file)")
+    if not reason.strip():
+        raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
+    body = {"parallelism": parallelism, "reason": reason, "operator": operator}
+    return Inbox(store_url).post(spec.name, "scale", body, now=job_now(spec, store_url)).id

@@ -1,0 +1,281 @@
+"""Dashboards for the Prefect UI: per-job artifacts with stable keys (so the UI keeps their history) and fleet rows.
+
+Each loop run publishes, in its one `publish` task, the decision artifact of tasks/publish.py, and with news
+(an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
+- `ledger-<job>`: the scaling ledger with predicted and observed recovery times (when the ledger changed);
+- `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
+  markdown (the UI renders markdown images; a data: URI needs no file server).
+It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
+(flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from prefect import task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_table_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+
+from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
+from daedalus.models.forecast import wape
+from daedalus.models.text import utc
+from daedalus.tasks.publish import artifact_key, publish
+
+if TYPE_CHECKING:
+    from daedalus.models.knowledge import Knowledge
+    from daedalus.models.loop import Iteration
+    from daedalus.models.types import Forecast
+
+PLOT_EVERY = 5  # loops between forecast plots (and after every action)
+FORECAST_STEP_S = 30  # forecasts are kept at the forecaster's step
+FORECAST_KEEP_S = 7200  # two hours of forecasts, like the forecaster's window
+STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts as stale
+
+
+
+
+
+
+
+
+
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def health(it: Iteration, knowledge: Knowledge, stop: str | None) -> str:
+    """One line: ok, or the first thing an operator should know."""
+    if knowledge.paused:
+        return "paused (kill switch for this job)"
+    if stop is not None:
+        return f"not acting: {stop}"
+    if knowledge.quarantine:
+        return f"quarantined: {knowledge.quarantine}"
+    if it.action is not None and it.action.state == "failed":
+        return f"action failed: {it.action.message}"
+    if it.analysis.holds:
+        return f"holding: {it.analysis.holds[0]}"
+    f = knowledge.forecaster
+    if f.poor_loops:
+        return f"forecast poor for {f.poor_loops} loop(s) (WAPE {100 * (f.previous_wape or 0):.0f} %)"
+    return "ok"
+
+
+def _ledger_signature(knowledge: Knowledge) -> list[Any]:
+    last = knowledge.ledger[-1] if knowledge.ledger else None
+    return [] if last is None else [len(knowledge.ledger), last.id, last.state, len(last.history),
+                                    last.observed_recovery_s]
+
+
+def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | None, wall: float) -> dict[str, Any]:
+    d, a, p = it.decision, it.analysis, knowledge.pending
+    acted = next((e for e in reversed(knowledge.ledger) if e.state not in ("decided",)), None)
+    return {
+        "job": knowledge.job, "time": d.time, "wall": wall, "mode": mode, "current": d.current,
+        "recommended": d.target, "kind": d.kind, "reasons": list(d.reasons),
+        "action": None if it.action is None else it.action.state,
+        "last_action": None if acted is None else {"id": acted.id, "time": acted.time, "from": acted.current,
+                                                  "to": acted.target, "state": acted.state},
+        "pending": None if p is None else {"id": p.id, "from": p.current, "to": p.target, "expires": p.expires},
+        "paused": knowledge.paused, "stop": stop, "quarantine": knowledge.quarantine,
+        "capacity": a.capacity(a.scaleout), "workload": a.avg_workload, "forecast_peak": a.forecast.peak,
+        "forecast_method": a.forecast.method, "wape": a.forecast.previous_wape,
+        "health": health(it, knowledge, stop), "ledger": _ledger_signature(knowledge), "loops": knowledge.loops,
+    }
+
+
+# --- ledger --------------------------------------------------------------------------------------
+
+
+def ledger_rows(knowledge: Knowledge, limit: int = 30) -> list[dict[str, Any]]:
+    """The newest ledger entries first, with predicted against observed recovery time."""
+    rows = []
+    for e in reversed(knowledge.ledger[-limit:]):
+        rows.append({
+            "time (UTC)": utc(e.time, zone=False, unknown=""), "decision": e.id, "from": e.current, "to": e.target,
+            "state": e.state,
+            "predicted recovery (s)": None if e.predicted_recovery_s is None else round(e.predicted_recovery_s),
+            "observed recovery (s)": None if e.observed_recovery_s is None else round(e.observed_recovery_s),
+            "reason": e.reasons[-1] if e.reasons else "",
+            "last event": e.history[-1][1] if e.history else "",
+        })
+    return rows
+
+
+# --- forecast against actual ---------------------------------------------------------------------
+
+
+def steps_of(values: tuple[float, ...] | list[float], step: int = FORECAST_STEP_S) -> list[float]:
+    """Per-second values as means of whole steps."""
+    v = np.asarray(values, dtype=float)
+    n = len(v) // step
+    return [round(float(x), 1) for x in v[: n * step].reshape(n, step).mean(axis=1)] if n else []
+
+
+def record_forecast(history: list[dict[str, Any]] | None, forecast: Forecast) -> list[dict[str, Any]]:
+    """The rolling record of forecasts, with this loop's appended and those older than two hours dropped."""
+    kept = [h for h in history or [] if h["start"] > forecast.start - FORECAST_KEEP_S and h["start"] < forecast.start]
+    if forecast.values:
+        kept.append({"start": forecast.start, "method": forecast.method, "values": steps_of(forecast.values)})
+    return kept
+
+
+def next_loop_forecast(history: list[dict[str, Any]], loop_s: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+    """The forecasts each loop made for the time until the next loop, joined: what each decision relied on."""
+    ts: list[float] = []
+    ys: list[float] = []
+    for h in history:
+        n = max(1, round(loop_s / FORECAST_STEP_S))
+        for i, y in enumerate(h["values"][:n]):
+            ts.append(h["start"] + i * FORECAST_STEP_S)
+            ys.append(y)
+    return np.asarray(ts), np.asarray(ys)
+
+
+def actual_steps(knowledge: Knowledge) -> tuple[np.ndarray, np.ndarray]:
+    """What arrived: the forecaster's window of step means, with the start time of each step."""
+    f = knowledge.forecaster
+    y = f.window
+    if f.window_end is None or not len(y):
+        return np.array([]), np.array([])
+    t = f.window_end - f.step_s * np.arange(len(y) - 1, -1, -1)
+    return t, y
+
+
+def matched_wape(actual_t: np.ndarray, actual_y: np.ndarray, fc_t: np.ndarray, fc_y: np.ndarray) -> float | None:
+    """WAPE of the joined next-loop forecasts against the actual step that starts within half a step of each."""
+    ok = np.isfinite(actual_y)
+    at, ay = actual_t[ok], actual_y[ok]
+    if not len(at) or not len(fc_t):
+        return None
+    i = np.clip(np.searchsorted(at, fc_t), 1, len(at) - 1) if len(at) > 1 else np.zeros(len(fc_t), dtype=int)
+    nearest = np.where(np.abs(at[i - 1] - fc_t) <= np.abs(at[i] - fc_t), i - 1, i) if len(at) > 1 else i
+    close = np.abs(at[nearest] - fc_t) <= FORECAST_STEP_S / 2
+    if not close.any():
+        return None
+    w = wape(ay[nearest[close]], fc_y[close])
+    return float(w) if math.isfinite(w) else None
+
+
+def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], latest: Forecast
+                 ) -> tuple[bytes, float | None]:
+    """The plot (PNG bytes) and the WAPE of the joined next-loop forecasts shown on it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    at, ay = actual_steps(knowledge)
+    ft, fy = next_loop_forecast(history)
+    w = matched_wape(at, ay, ft, fy)
+
+    def dt(ts: np.ndarray) -> list[datetime]:
+        return [datetime.fromtimestamp(float(t), UTC) for t in ts]
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.2), dpi=72, height_ratios=[3, 1], sharex=False)
+    if len(at):
+        top.plot(dt(at), ay, color="black", lw=1.4, label="actual (30 s means)")
+    if len(ft):
+        top.plot(dt(ft), fy, color="tab:blue", lw=1, label="forecast for the next loop")
+    if latest.values:
+        lt = latest.start + FORECAST_STEP_S * np.arange(len(steps_of(latest.values)))
+        top.plot(dt(lt), steps_of(latest.values), color="tab:orange", ls="--", lw=1.2,
+                 label=f"next 15 min ({latest.method})")
+    title = f"{job}: workload forecast against actual"
+    top.set_title(title + ("" if w is None else f" — WAPE {100 * w:.1f} %"), fontsize=10)
+    top.set_ylabel("tuples/s")
+    top.legend(fontsize=7, loc="upper left")
+    top.tick_params(labelsize=7)
+    hist = knowledge.forecaster.wape_history
+    if hist:
+        bottom.bar(range(len(hist)), [100 * h for h in hist], color="tab:gray", width=1.0)
+        bottom.axhline(100 * knowledge.forecaster.wape_threshold, color="tab:red", lw=0.8, ls=":")
+    bottom.set_ylabel("WAPE %", fontsize=7)
+    bottom.set_xlabel("loops (oldest → newest); dotted: retraining threshold", fontsize=7)
+    bottom.tick_params(labelsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue(), w
+
+
+def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Forecast) -> str:
+    wape_text = "n/a (nothing to compare yet)" if w is None else f"{100 * w:.1f} %"
+    prev = "n/a" if latest.previous_wape is None else f"{100 * latest.previous_wape:.1f} %"
+    return (f"# {job}: forecast against actual\n\n"
+            f"- WAPE of the forecasts each loop relied on, over the plot: **{wape_text}**\n"
+            f"- WAPE of the previous forecast (decides ARIMA or the linear fallback): {prev}\n"
+            f"- method now: {latest.method}; peak of the next 15 minutes: {latest.peak:,.0f} tuples/s\n\n"
+            f"![forecast against actual](data:image/png;base64,{base64.b64encode(png).decode()})\n")
+
+
+# --- publishing ----------------------------------------------------------------------------------
+
+
+@task(name="publish", cache_policy=NO_CACHE)
+def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
+                       version: int | None) -> None:
+    """The decision artifact; status and forecast record; the other artifacts when there is news.
+
+    News is an action, or every `PLOT_EVERY`th loop: with a hundred jobs each artifact each minute would be
+    the server's biggest write load.
+    """
+    job = knowledge.job
+    news = knowledge.loops % PLOT_EVERY == 1 or it.action is not None
+    publish(job, it.analysis, it.decision, it.action, version, news)
+    previous = read_status(store_url, job) or {}
+    record = status_record(it, knowledge, mode, stop, time.time())
+    history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
+    write_json(store_url, job, FORECASTS, history)
+    write_json(store_url, job, STATUS, record)
+    if record["ledger"] and record["ledger"] != previous.get("ledger"):
+        create_table_artifact(key=artifact_key("ledger", job), table=ledger_rows(knowledge),
+                              description=f"Scaling ledger of {job}: predicted and observed recovery times")
+    if news:
+        png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
+        create_markdown_artifact(key=artifact_key("forecast-plot", job),
+                                 markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
+                                 description=f"Forecast against actual of {job}")
+
+
+# --- fleet ---------------------------------------------------------------------------------------
+
+
+def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
+               on_job: Any = None) -> list[dict[str, Any]]:
+    """One row per (job, mode in the jobs file): current and recommended scale-out, last action, health."""
+    rows = []
+    for n, (job, mode) in enumerate(jobs, start=1):
+        s = read_status(store_url, job)
+        if s is None:
+            rows.append({"job": job, "mode": mode, "current": None, "recommended": None, "decision": "",
+                         "last action": "", "pending": "", "health": "no loop has run yet", "last loop (UTC)": ""})
+        else:
+            last, pending = s.get("last_action"), s.get("pending")
+            age = wall_now - float(s.get("wall") or 0)
+            rows.append({
+                "job": job, "mode": s.get("mode", mode), "current": s.get("current"),
+                "recommended": s.get("recommended"), "decision": s.get("kind"),
+                "last action": "" if not last else
+                f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], unknown='')}",
+                "pending": "" if not pending else f"{pending['id']} ({pending['from']} → {pending['to']})",
+                "health": s.get("health") if age <= STALE_AFTER_S else f"stale: no loop for {age / 60:.0f} min",
+                "last loop (UTC)": utc(s.get("wall"), zone=False, unknown=""),
+            })
+        if on_job is not None:
+            on_job(n, len(jobs))
+    return rows
+
+
