@@ -128,7 +128,7 @@ def capacity_at(scaleout: int, skew: float, seed: int, hours: float = 1.0, max_s
     t = np.arange(round(hours * 3600), dtype=float)
     workload = true[scaleout - 1] * (0.5 + 0.4 * np.sin(2 * np.pi * t / 1800.0))
     sim = Simulator(workload, config, seed=seed, initial_scaleout=scaleout)
-    model = Knowledge.new("bench", LoopConfig(max_parallelism=max_scaleout)).capacity
+    model = Knowledge.new("bench", LoopConfig(max_scaleout=max_scaleout)).capacity
     since = sim.now
     for _ in range(len(workload) // STEP_S):
         sim.advance(STEP_S)

@@ -354,7 +354,7 @@ def run_benchmark(
             "max_scaleout": max_scaleout, "peak_utilization": peak_utilization, "seeds": list(seeds),
             "policies": list(policies), "slo_s": SLO_S, "decision_interval_s": 60,
             "daedalus_loop": {k: v for k, v in asdict(LoopConfig(**(loop_overrides or {}))).items()
-                              if k in ("target_recovery_s", "scale_in_interval_s", "grace_s", "recent_rescale_s")},
+                              if k in ("target_recovery_time", "scale_in_interval", "grace_s", "recent_rescale_s")},
             "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": str(w.path), "group": w.group, "hours": w.hours} for w in workloads},
         },

@@ -80,7 +80,7 @@ ScaleInInterval = Annotated[float | None, typer.Option(
 
 def loop_overrides(target_recovery: float | None, scale_in_interval: float | None) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
-    given = {"target_recovery_s": target_recovery, "scale_in_interval_s": scale_in_interval}
+    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval}
     return {k: v for k, v in given.items() if v is not None}
 
 

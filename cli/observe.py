@@ -41,7 +41,7 @@ def _stats(values: np.ndarray) -> tuple[str, str]:
 
 def observation_report(obs: Observation, holds: tuple[str, ...], queries: dict[str, str]) -> dict[str, Any]:
     """What the loop would see, as JSON-safe data."""
-    return {"job": obs.job, "parallelism": obs.parallelism, "step_s": obs.step_s,
+    return {"job": obs.job, "scaleout": obs.scaleout, "step_s": obs.step_s,
             "timestamps": obs.timestamps.tolist(), "workload": _finite(obs.workload), "lag": _finite(obs.lag),
             "uptime_s": _finite(obs.uptime_s),
             "workers": {w: {"throughput": _finite(obs.throughput[w]), "cpu": _finite(obs.cpu[w])}
@@ -55,7 +55,7 @@ def _print_observation(obs: Observation, holds: tuple[str, ...], queries: dict[s
     summary.add_column("metric")
     summary.add_column("last", justify="right")
     summary.add_column("mean", justify="right")
-    summary.add_row("parallelism", str(obs.parallelism), "")
+    summary.add_row("scaleout", str(obs.scaleout), "")
     for name, series in (("workload (tuples/s)", obs.workload), ("consumer lag (tuples)", obs.lag),
                          ("job uptime (s)", obs.uptime_s)):
         summary.add_row(name, *_stats(series))

@@ -60,11 +60,11 @@ def jobs_table(path: Path) -> Table:
 
     jobs = load_jobs(path)
     t = Table(title=f"{path}: {len(jobs.jobs)} job(s), valid")
-    for col in ("job", "engine", "mode", "parallelism", "target recovery", "checkpoint", "approval timeout",
+    for col in ("job", "engine", "mode", "scaleout", "target recovery", "checkpoint", "approval timeout",
                 "blackout (UTC)", "scale target"):
         t.add_column(col)
     for j in jobs.jobs:
-        t.add_row(j.name, j.engine, j.mode, f"{j.parallelism.min}–{j.parallelism.max}",
+        t.add_row(j.name, j.engine, j.mode, f"{j.scaleout.min}–{j.scaleout.max}",
                   f"{j.target_recovery_time:.0f} s", f"{j.checkpoint_interval:.0f} s", f"{j.approval_timeout:.0f} s",
                   ", ".join(f"{b.start:%H:%M}–{b.end:%H:%M}" for b in j.blackout) or "—",
                   f"{j.scale_target.kind} {j.scale_target.namespace}/{j.scale_target.name}")
@@ -212,7 +212,7 @@ def find_approval_run(proposal: str) -> Any | None:
     return runs[0] if runs else None
 
 
-def answer(proposal: str, decision: str, parallelism: int | None, operator: str, reason: str,
+def answer(proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
            jobs_file: Path | None, store_url: str) -> dict[str, Any]:
     """Check the answer against the jobs file and the job's knowledge, then resume the proposal's approval run
     (or, without one, post to the job's inbox). Refused before anything is sent."""
@@ -240,19 +240,19 @@ def answer(proposal: str, decision: str, parallelism: int | None, operator: str,
         jobs, job = str(jobs_file), proposal.rsplit("-", 1)[0]
     spec = load_jobs(jobs).job(job)
     if run is None:
-        return post_answer(spec, proposal, decision, parallelism, operator, reason, store_url)
-    target = check_answer(spec, proposal, decision, parallelism, store_url)
+        return post_answer(spec, proposal, decision, scaleout, operator, reason, store_url)
+    target = check_answer(spec, proposal, decision, scaleout, store_url)
     from prefect.exceptions import FlowPauseTimeout
     from prefect.flow_runs import resume_flow_run
 
-    run_input = {"decision": decision, "parallelism": target, "operator": operator, "reason": reason}
+    run_input = {"decision": decision, "scaleout": target, "operator": operator, "reason": reason}
     try:
         resume_flow_run(run.id, run_input=run_input)
     except FlowPauseTimeout:
         raise Refused(f"proposal {proposal} expired: its approval run can no longer resume") from None
     except RuntimeError as exc:
         raise Refused(f"the Prefect API refused the answer to {proposal}: {exc}") from None
-    return {"job": job, "proposal": proposal, "decision": decision, "parallelism": target, "operator": operator,
+    return {"job": job, "proposal": proposal, "decision": decision, "scaleout": target, "operator": operator,
             "approval_run": str(run.id)}
 
 
@@ -377,18 +377,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command()
     def approve(
         proposal: Annotated[str, typer.Argument(help="Proposal id (as `daedalus status` shows it)")],
-        parallelism: Annotated[int | None, typer.Option(help="Apply this scale-out instead of the proposed")] = None,
+        scaleout: Annotated[int | None, typer.Option(help="Apply this scale-out instead of the proposed")] = None,
         operator: Operator = USER,
         reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")] = "",
         jobs: JobsOption = None,
         store: Store = DEFAULT_URL,
     ) -> None:
-        """Approve a scale proposal (optionally with another parallelism within the job's limits)."""
+        """Approve a scale proposal (optionally with another scaleout within the job's limits)."""
         try:
-            result = answer(proposal, "approve", parallelism, operator, reason, jobs, store)
+            result = answer(proposal, "approve", scaleout, operator, reason, jobs, store)
         except DaedalusError as exc:
             _fail(exc)
-        console.print(f"[green]approved[/green] {proposal} at parallelism {result['parallelism']}: the loop of "
+        console.print(f"[green]approved[/green] {proposal} at scaleout {result['scaleout']}: the loop of "
                       f"{result['job']} applies it at its next run")
         out.print(json.dumps(result))
 
@@ -464,7 +464,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command()
     def scale(
         job: Annotated[str, typer.Argument(help="The job")],
-        parallelism: Annotated[int, typer.Argument(help="The scale-out to apply")],
+        scaleout: Annotated[int, typer.Argument(help="The scale-out to apply")],
         reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")],
         jobs: Annotated[Path, typer.Option("--jobs", help="The jobs file")],
         operator: Operator = USER,
@@ -475,10 +475,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from daedalus.tasks.approval import post_manual_scale
 
         try:
-            msg = post_manual_scale(load_jobs(jobs).job(job), parallelism, reason, operator, store)
+            msg = post_manual_scale(load_jobs(jobs).job(job), scaleout, reason, operator, store)
         except DaedalusError as exc:
             _fail(exc)
-        console.print(f"manual scale of {job} to {parallelism} posted ({msg}); its loop applies it at its next run")
+        console.print(f"manual scale of {job} to {scaleout} posted ({msg}); its loop applies it at its next run")
 
     @app.command()
     def worker(

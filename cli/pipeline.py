@@ -82,7 +82,7 @@ def write_fleet(lake_url: str, jobs: int, hours: float, workers: int, seed: int 
                 "throughput": per_worker,
                 "cpu": np.clip(0.085 + 0.915 * per_worker / 110_000, 0.0, 1.0),
                 "lag": np.zeros(n),
-                "parallelism": np.full(n, workers, dtype=np.int32),
+                "scaleout": np.full(n, workers, dtype=np.int32),
             }, schema=SCHEMA))
             progress.update(bar, advance=1)
     return start + seconds, seconds * workers * jobs

@@ -12,59 +12,40 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from daedalus.models.config import LoopConfig
+from daedalus.connectors.prometheus import PrometheusSettings
+from daedalus.connectors.settings import Duration, NonNegativeDuration, Strict
+from daedalus.connectors.sim_persistent import SimSettings
+from daedalus.models.config import LoopConfig, Mode
 from daedalus.models.errors import ConfigurationError
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in models/config.py
 
-
-def _seconds(value: Any) -> Any:
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if not m:
-            raise ValueError(f"not a duration: {value!r} (use e.g. 600, 600s, 10m, 1h)")
-        return float(m.group(1)) * _UNITS[m.group(2)]
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
 Engine = Literal["flink", "kafka-streams", "spark", "sim"]
 ENGINES: tuple[str, ...] = ("flink", "kafka-streams", "spark", "sim")
 ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "sim"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PrometheusSettings(Strict):
-    url: HttpUrl
-    timeout: Duration = 10.0
-    step: Duration = 15.0  # range-query resolution
-    retries: int = Field(3, ge=0, le=10)
-    stale_after: Duration | None = None  # a worker's newest sample older than this is stale (default 2 × step)
 
 
 class ScaleTarget(Strict):
     kind: ScaleKind
     namespace: str = "default"
     name: str
-    # FlinkDeployment: scale TaskManager replicas or the job's parallelism.
+    # FlinkDeployment: scale TaskManager replicas or the job's scaleout.
     flink_field: Literal["taskmanager.replicas", "job.parallelism"] = "job.parallelism"
     ready_timeout: Duration = 120.0  # after a patch, wait this long for the new scale-out to be ready
     path: str | None = None  # spark-local: the job's working folder
 
 
-class Parallelism(Strict):
-    min: int = Field(1, ge=1)
-    max: int = Field(12, ge=1)
-    max_step: int | None = Field(None, ge=1)
+class ScaleOut(Strict):
+    """The job's scale-out limits: the loop never goes below `min` or above `max`, nor moves more than `max_step`."""
+
+    min: int = Field(LOOP.min_scaleout, ge=1)
+    max: int = Field(LOOP.max_scaleout, ge=1)
+    max_step: int | None = Field(LOOP.max_step, ge=1)
 
     @model_validator(mode="after")
-    def _ordered(self) -> Parallelism:
+    def _ordered(self) -> ScaleOut:
         if self.max < self.min:
             raise ValueError(f"max ({self.max}) must be ≥ min ({self.min})")
         return self
@@ -82,15 +63,6 @@ class Blackout(Strict):
         return t >= self.start or t < self.end
 
 
-class SimSettings(Strict):
-    """The embedded simulated job as a target (engine `sim`)."""
-
-    workload: str = "sine"  # "sine" or a path to a trace
-    peak_utilization: float = Field(0.9, gt=0, le=2)
-    seed: int = 0
-    speedup: float = Field(1.0, gt=0)  # simulated seconds per wall-clock second
-
-
 class JobSpec(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
     engine: Engine
@@ -99,16 +71,24 @@ class JobSpec(Strict):
     source: dict[str, str] = Field(default_factory=dict)
     queries: dict[str, str] = Field(default_factory=dict)  # per-job PromQL template overrides
     scale_target: ScaleTarget
-    parallelism: Parallelism = Parallelism()
-    partitions: int | None = Field(None, ge=1)
-    target_recovery_time: Duration = 600.0
-    checkpoint_interval: Duration = 10.0
-    scale_in_interval: Annotated[float, BeforeValidator(_seconds), Field(ge=0)] = 1200.0
-    mode: Literal["auto", "approve", "dry-run"] = "auto"
-    approval_timeout: Duration = 600.0
+    scaleout: ScaleOut = ScaleOut()
+    partitions: int | None = Field(LOOP.partitions, ge=1)
+    target_recovery_time: Duration = LOOP.target_recovery_time
+    checkpoint_interval: Duration = LOOP.checkpoint_interval
+    scale_in_interval: NonNegativeDuration = LOOP.scale_in_interval
+    mode: Mode = LOOP.mode
+    approval_timeout: Duration = LOOP.approval_timeout
     blackout: tuple[Blackout, ...] = ()
     sim: SimSettings | None = None
     store_url: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "parallelism" in data:
+            raise ValueError("field parallelism: renamed `scaleout` (the paper's word), with the same min, max and "
+                             "max_step: rename the key in the jobs file")
+        return data
 
     @model_validator(mode="after")
     def _engine_needs(self) -> JobSpec:
@@ -132,15 +112,15 @@ class JobSpec(Strict):
 
     def loop_config(self) -> LoopConfig:
         return LoopConfig(
-            min_parallelism=self.parallelism.min,
-            max_parallelism=self.parallelism.max,
-            max_step=self.parallelism.max_step,
+            min_scaleout=self.scaleout.min,
+            max_scaleout=self.scaleout.max,
+            max_step=self.scaleout.max_step,
             partitions=self.partitions,
-            target_recovery_s=self.target_recovery_time,
-            checkpoint_interval_s=self.checkpoint_interval,
-            scale_in_interval_s=self.scale_in_interval,
+            target_recovery_time=self.target_recovery_time,
+            checkpoint_interval=self.checkpoint_interval,
+            scale_in_interval=self.scale_in_interval,
             mode=self.mode,
-            proposal_ttl_s=self.approval_timeout,
+            approval_timeout=self.approval_timeout,
         )
 
 

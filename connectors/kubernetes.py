@@ -22,13 +22,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from daedalus.models.errors import ConfigurationError, ConnectorError
+
+if TYPE_CHECKING:
+    from daedalus.connectors.jobs import JobSpec
 
 ANNOTATION = "daedalus.io/decision"
 SCALE_OUT_ANNOTATION = "daedalus.io/scale-out"
@@ -103,7 +106,7 @@ class KubernetesScaler:
         self._custom = client.CustomObjectsApi(api)
 
     @classmethod
-    def from_spec(cls, spec: Any, api: client.ApiClient | None = None) -> KubernetesScaler:
+    def from_spec(cls, spec: JobSpec, api: client.ApiClient | None = None) -> KubernetesScaler:
         """From a jobs-file entry: in-cluster configuration inside a pod, else the kubeconfig."""
         t = spec.scale_target
         if t.kind not in KINDS:

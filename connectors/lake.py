@@ -1,7 +1,7 @@
 """The metric-history lake: every loop's raw per-worker metrics as Parquet, partitioned by job and date.
 
 Rows: one per job, worker and second, columns `job` (string), `worker` (string), `timestamp` (UTC,
-microseconds), `workload`, `throughput`, `cpu`, `lag` (doubles, NaN stored as null), `parallelism` (int32).
+microseconds), `workload`, `throughput`, `cpu`, `lag` (doubles, NaN stored as null), `scaleout` (int32).
 Layout (Hive partitioning, as Spark and pyarrow read it): `<url>/job=<job>/date=<YYYY-MM-DD>/
 part-<first>-<last>-<id>.parquet`, where first and last are the epoch seconds of the file's oldest and newest
 row, so reads prune files by name. The partition columns are in the path, not in the files.
@@ -61,7 +61,7 @@ SCHEMA = pa.schema(
         ("throughput", pa.float64()),
         ("cpu", pa.float64()),
         ("lag", pa.float64()),
-        ("parallelism", pa.int32()),
+        ("scaleout", pa.int32()),
     ]
 )
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
@@ -101,7 +101,7 @@ def observation_table(obs: Observation) -> pa.Table:
                 name: pa.array(np.concatenate(parts[name]) if n else np.array([]), pa.float64(), from_pandas=True)
                 for name in ("workload", "throughput", "cpu", "lag")
             },
-            "parallelism": pa.array(np.full(n, obs.parallelism, dtype=np.int32), pa.int32()),
+            "scaleout": pa.array(np.full(n, obs.scaleout, dtype=np.int32), pa.int32()),
         },
         schema=SCHEMA,
     )

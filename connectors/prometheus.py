@@ -5,7 +5,7 @@ skip a sample). Per-worker series are aligned by pod; a worker without a sample 
 Everything that makes the data doubtful becomes a hold reason in `Observation.holds` — no data, partial
 series, stale series, counter resets, NaN — and the loop holds instead of guessing. When the job's
 scale-out itself cannot be read (Prometheus unreachable, timing out or failing after the bounded retries,
-or no parallelism series), `observe` raises ConnectorError: the monitor task turns it into a hold with the
+or no scaleout series), `observe` raises ConnectorError: the monitor task turns it into a hold with the
 scale-out the scaler reports.
 """
 
@@ -15,16 +15,21 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from pydantic import Field, HttpUrl
 from urllib3.util.retry import Retry
 
 from daedalus.connectors.promql import JOB_KEYS, WORKER_KEYS, WORKER_LABEL, QuerySet
+from daedalus.connectors.settings import Duration, Strict
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation
+
+if TYPE_CHECKING:  # the jobs file composes this connector's settings; only its type is needed here
+    from daedalus.connectors.jobs import JobSpec
 
 FIRST_WINDOW_S = 600.0  # with no previous loop, look back this far (as the simulator does)
 RETRY_STATUS = (429, 500, 502, 503, 504)
@@ -65,8 +70,8 @@ class PrometheusSource:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"prometheus-{job}")
 
     @classmethod
-    def from_spec(cls, spec: Any) -> PrometheusSource:
-        """From a jobs-file entry (deployments.jobs.JobSpec); template errors name the job and field."""
+    def from_spec(cls, spec: JobSpec) -> PrometheusSource:
+        """From a jobs-file entry; template errors name the job and field."""
         if spec.prometheus is None:
             raise ConfigurationError(
                 f"job {spec.name!r}: field prometheus: engine {spec.engine!r} needs prometheus.url")
@@ -135,29 +140,29 @@ class PrometheusSource:
                              *(p.keys() for w in workers.values() for p in w.values()))
         ts = np.array(sorted(stamps), dtype=float)
         series = {key: self._align(job_points[key], ts) for key in JOB_KEYS}
-        parallelism = series["parallelism"].values[np.isfinite(series["parallelism"].values)]
-        if parallelism.size == 0:
-            raise ConnectorError(f"prometheus {self.url}: job {job!r}: no current parallelism; "
-                                 + "; ".join(holds or ["the parallelism series is NaN at every step"]))
+        scaleout = series["scaleout"].values[np.isfinite(series["scaleout"].values)]
+        if scaleout.size == 0:
+            raise ConnectorError(f"prometheus {self.url}: job {job!r}: no current scaleout; "
+                                 + "; ".join(holds or ["the scaleout series is NaN at every step"]))
         for key in JOB_KEYS:
             holds += self._job_holds(key, series[key], ts.size)
-        current = max(round(float(parallelism[-1])), 1)
+        current = max(round(float(scaleout[-1])), 1)
         throughput, cpu = self._workers(workers, ts, current, holds)
         if resets is not None:
             holds += resets.result()
         return Observation(job=job, timestamps=ts, workload=series["workload"].values, throughput=throughput,
                            cpu=cpu, lag=series["lag"].values, uptime_s=series["uptime"].values,
-                           parallelism=current, step_s=self.step_s,
+                           scaleout=current, step_s=self.step_s,
                            holds=tuple(holds))
 
     def _empty(self, job: str, until: float, range_s: float) -> Observation:
-        results = self._instant("parallelism", until, range_s)
+        results = self._instant("scaleout", until, range_s)
         values = [float(r["value"][1]) for r in results]
         if not values or not math.isfinite(values[0]):
-            raise ConnectorError(f"prometheus {self.url}: job {job!r}: no current parallelism at {until:.0f}")
+            raise ConnectorError(f"prometheus {self.url}: job {job!r}: no current scaleout at {until:.0f}")
         empty = np.array([], dtype=float)
         return Observation(job=job, timestamps=empty, workload=empty, throughput={}, cpu={}, lag=empty,
-                           uptime_s=empty, parallelism=max(round(values[0]), 1), step_s=self.step_s)
+                           uptime_s=empty, scaleout=max(round(values[0]), 1), step_s=self.step_s)
 
     def _by_worker(self, results: list[dict[str, Any]], key: str, holds: list[str]) -> dict[str, dict[float, float]]:
         out: dict[str, dict[float, float]] = {}
@@ -181,7 +186,7 @@ class PrometheusSource:
             holds.append(f"NaN: {key} is NaN at {nan} of {steps} steps")
         return holds
 
-    def _workers(self, workers: dict[str, dict[str, dict[float, float]]], ts: np.ndarray, parallelism: int,
+    def _workers(self, workers: dict[str, dict[str, dict[float, float]]], ts: np.ndarray, scaleout: int,
                  holds: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         thr_w, cpu_w, fresh_w = workers["throughput"], workers["cpu"], workers["fresh"]
         if not thr_w or not cpu_w:
@@ -214,12 +219,12 @@ class PrometheusSource:
                 fresh_at_end.append(pod)
             throughput[pod] = np.where(present, thr.values, np.nan)
             cpu[pod] = np.where(present, c.values, np.nan)
-        if stale_at_end and len(fresh_at_end) < parallelism:
+        if stale_at_end and len(fresh_at_end) < scaleout:
             window = self.queries.stale_window
             for pod, last in stale_at_end:
                 when = "never in this window" if last is None else f"last at {last:.0f}"
                 holds.append(f"stale: pod {pod} has no sample within {window} of {ts[-1]:.0f} ({when}) while the "
-                             f"job counts {parallelism} workers: pod gone or not scraped")
+                             f"job counts {scaleout} workers: pod gone or not scraped")
         return throughput, cpu
 
     def _resets(self, end: float, range_s: float) -> list[str]:
@@ -229,3 +234,13 @@ class PrometheusSource:
             return [f"counter reset: {total:.0f} reset(s) within the last {range_s:.0f} s "
                     f"(`{self.queries.query('resets', range_s)}`): rates across a restart are not trusted"]
         return []
+
+
+class PrometheusSettings(Strict):
+    """Where a job's metrics are read (`prometheus:` in the jobs file)."""
+
+    url: HttpUrl
+    timeout: Duration = 10.0
+    step: Duration = 15.0  # range-query resolution
+    retries: int = Field(3, ge=0, le=10)
+    stale_after: Duration | None = None  # a worker's newest sample older than this is stale (default 2 × step)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from daedalus.models.errors import ConfigurationError
 
 WORKER_LABEL = "pod"
-JOB_KEYS = ("workload", "lag", "parallelism", "uptime")
+JOB_KEYS = ("workload", "lag", "scaleout", "uptime")
 WORKER_KEYS = ("throughput", "cpu", "fresh")  # fresh: samples of each worker in the last ${stale}, absent if none
 OPTIONAL_KEYS = ("resets",)  # number of counter resets in the loop's window
 KEYS = (*JOB_KEYS, *WORKER_KEYS, *OPTIONAL_KEYS)
@@ -47,7 +47,7 @@ FLINK = {
     "cpu": "max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{${selector}})",
     "fresh": "sum by (pod) (count_over_time(flink_taskmanager_Status_JVM_CPU_Load{${selector}}[${stale}]))",
     "lag": "sum(flink_taskmanager_job_task_operator_pendingRecords{${selector}})",
-    "parallelism": "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})",
+    "scaleout": "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})",
     "uptime": "max(flink_jobmanager_job_uptime{${selector}}) / 1000",
 }
 
@@ -59,7 +59,7 @@ KAFKA_STREAMS = {
     "cpu": "max by (pod) (java_lang_operatingsystem_processcpuload{${selector}})",
     "fresh": "sum by (pod) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
     "lag": "sum(kafka_consumer_consumer_fetch_manager_metrics_records_lag{${selector}, topic=${source.topic}})",
-    "parallelism": "count(max by (pod) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
+    "scaleout": "count(max by (pod) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
     "uptime": "time() - max(process_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_KS_PROCESS}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
@@ -77,7 +77,7 @@ SPARK = {
     "cpu": f"max by (pod) ({_SPARK_CPU})",
     "fresh": f"sum by (pod) (count_over_time({_SPARK_CPU}[${{stale}}]))",
     "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
-    "parallelism": f"count(max by (pod) ({_SPARK_CPU}))",
+    "scaleout": f"count(max by (pod) ({_SPARK_CPU}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_SPARK_READ}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }

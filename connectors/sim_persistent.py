@@ -25,16 +25,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import Field
 
-from daedalus.connectors.jobs import JobSpec, SimSettings
+from daedalus.connectors.settings import Strict
 from daedalus.connectors.store import check_job_name
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation
 from daedalus.sim.scenario import scenario
 from daedalus.sim.simulator import Simulator
 from daedalus.sim.workloads import load_workload, sine_workload
+
+if TYPE_CHECKING:  # the jobs file composes this connector's settings; only its type is needed here
+    from daedalus.connectors.jobs import JobSpec
 
 FORMAT = 1
 HISTORY_S = 600  # seconds of history kept: a first loop observes 600 s, later ones the minutes since the last
@@ -72,7 +77,7 @@ def base_workload(spec: JobSpec) -> np.ndarray:
 def fingerprint(spec: JobSpec) -> tuple:
     """What the simulated job is made of: a change in the jobs file starts a new simulated job."""
     s = settings(spec)
-    return (s.workload, s.peak_utilization, s.seed, spec.parallelism.max, spec.partitions, spec.checkpoint_interval)
+    return (s.workload, s.peak_utilization, s.seed, spec.scaleout.max, spec.partitions, spec.checkpoint_interval)
 
 
 def trimmed(sim: Simulator, keep_s: int, extra: np.ndarray) -> Simulator:
@@ -182,13 +187,13 @@ class PersistentSimulatedJob:
     def cycle(self) -> np.ndarray:
         """The rescaled workload cycle (tuples/s)."""
         if self._cycle is None:
-            _, _, self._cycle = scenario(base_workload(self.spec), self.spec.parallelism.max,
+            _, _, self._cycle = scenario(base_workload(self.spec), self.spec.scaleout.max,
                                          self.settings.peak_utilization, self.settings.seed,
                                          **self._overrides())
         return self._cycle
 
     def _overrides(self) -> dict:
-        over: dict = {"checkpoint_interval_s": float(self.spec.checkpoint_interval)}
+        over: dict = {"checkpoint_interval": float(self.spec.checkpoint_interval)}
         if self.spec.partitions is not None:
             over["partitions"] = self.spec.partitions
         return over
@@ -200,7 +205,7 @@ class PersistentSimulatedJob:
         return cycle[idx]
 
     def _new(self, wall: float) -> SimState:
-        sim_config, _, _ = scenario(np.ones(1), self.spec.parallelism.max, self.settings.peak_utilization,
+        sim_config, _, _ = scenario(np.ones(1), self.spec.scaleout.max, self.settings.peak_utilization,
                                     self.settings.seed, start=math.floor(wall) - WARM_S, **self._overrides())
         state = SimState(FORMAT, fingerprint(self.spec), None, wall, 0.0, 0)  # type: ignore[arg-type]
         state.sim = Simulator(self._take(state, WARM_S), sim_config, seed=self.settings.seed, job=self.spec.name)
@@ -234,8 +239,8 @@ class PersistentSimulatedJob:
 
     def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
         before = self.state.sim.scaleout
-        if not 1 <= target <= self.spec.parallelism.max:
-            raise ConnectorError(f"simulated job {job!r} has 1 … {self.spec.parallelism.max} workers, not {target}")
+        if not 1 <= target <= self.spec.scaleout.max:
+            raise ConnectorError(f"simulated job {job!r} has 1 … {self.spec.scaleout.max} workers, not {target}")
         if dry_run:
             return f"dry run: would scale {job} {before} → {target}"
         self.state = self._transaction(lambda state: state.sim.scale(target))
@@ -253,3 +258,12 @@ def peek_now(spec: JobSpec, store_url: str, wall_now: float | None = None) -> fl
     elapsed = max(0.0, (time.time() if wall_now is None else wall_now) - state.wall) * settings(spec).speedup
     elapsed += state.carry
     return state.sim.now + min(math.floor(elapsed), MAX_CATCH_UP_S)
+
+
+class SimSettings(Strict):
+    """The embedded simulated job as a target (engine `sim`)."""
+
+    workload: str = "sine"  # "sine" or a path to a trace
+    peak_utilization: float = Field(0.9, gt=0, le=2)
+    seed: int = 0
+    speedup: float = Field(1.0, gt=0)  # simulated seconds per wall-clock second

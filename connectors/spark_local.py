@@ -11,13 +11,31 @@ so the job applies each decision once even if the file is written twice.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daedalus.models.errors import ConfigurationError, ConnectorError
-from daedalus.runtime.spark_stream import read_json, write_json
+
+if TYPE_CHECKING:
+    from daedalus.connectors.jobs import JobSpec
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: readers never see half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 class SparkLocalScaler:
@@ -30,7 +48,7 @@ class SparkLocalScaler:
         self._sleep = sleep
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SparkLocalScaler:
+    def from_spec(cls, spec: JobSpec) -> SparkLocalScaler:
         path = spec.scale_target.path
         if not path:
             raise ConfigurationError(f"job {spec.name!r}: field scale_target.path: a spark-local target needs the "

@@ -108,8 +108,8 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
         flow=mape_k, name=spec.name,
         parameters={"job": spec.name, "store_url": store_url, "jobs_file": jobs_file, "lake_url": lake_url},
         tags=(TAG, f"job:{spec.name}", f"engine:{spec.engine}", f"mode:{spec.mode}"),
-        description=f"Daedalus control loop of {spec.name} ({spec.engine}, {spec.mode}, parallelism "
-                    f"{spec.parallelism.min}–{spec.parallelism.max}), every {interval_s:.0f} s.",
+        description=f"Daedalus control loop of {spec.name} ({spec.engine}, {spec.mode}, scaleout "
+                    f"{spec.scaleout.min}–{spec.scaleout.max}), every {interval_s:.0f} s.",
         schedules=(Interval(timedelta(seconds=interval_s), anchor_date=anchor_for(spec.name)),), concurrency=1,
         version=spec_version(spec),
         job_variables={**(job_variables or {}), "env": {**(job_variables or {}).get("env", {}), **LOOP_ENV}},
@@ -128,7 +128,7 @@ def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str
                 description="Started by a job's loop for each proposal in approve mode: waits for an operator.",
                 job_variables=jv),
         Planned(flow=scale_job, name="scale-job", parameters=dict(where), tags=(TAG, "operator"),
-                description="Scale a job by hand (job, parallelism, reason), within its limits.", job_variables=jv),
+                description="Scale a job by hand (job, scaleout, reason), within its limits.", job_variables=jv),
         Planned(flow=fleet_overview, name="fleet-overview", parameters={"jobs_file": jobs_file,
                                                                         "store_url": store_url},
                 tags=(TAG, "dashboard"), description="Every job: scale-out, mode, last action, health.",

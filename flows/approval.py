@@ -47,14 +47,14 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     answer = suspend_flow_run(wait_for_input=form, timeout=max(timeout, 1), key=f"approval-{request.proposal}")
     spec = load_jobs(jobs_file).job(request.job)
     try:
-        result = post_answer(spec, request.proposal, answer.decision, answer.parallelism, answer.operator,
+        result = post_answer(spec, request.proposal, answer.decision, answer.scaleout, answer.operator,
                              answer.reason, store_url)
     except Refused as exc:
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, f"**Refused**: {exc}"),
                                  description=f"Proposal {request.proposal}: refused")
         logger.warning("%s", exc)
         return {"proposal": request.proposal, "decision": "refused", "reason": str(exc)}
-    verb = ("approved at parallelism " + str(result["parallelism"])) if answer.decision == "approve" else "rejected"
+    verb = ("approved at scaleout " + str(result["scaleout"])) if answer.decision == "approve" else "rejected"
     outcome = (f"**{verb.capitalize()}** by {answer.operator}{': ' + answer.reason if answer.reason else ''}. "
                "The job's loop applies it at its next run.")
     create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),
@@ -64,13 +64,13 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
 
 
 @flow(name="scale-job", description="Scale a job by hand, within its limits; recorded in its ledger.")
-def scale_job(job: str, parallelism: int, reason: str, operator: str = "prefect-ui", store_url: str = DEFAULT_URL,
+def scale_job(job: str, scaleout: int, reason: str, operator: str = "prefect-ui", store_url: str = DEFAULT_URL,
               jobs_file: str = "jobs.yaml") -> dict[str, Any]:
     spec = load_jobs(jobs_file).job(job)
-    msg = post_manual_scale(spec, parallelism, reason, operator, store_url)
+    msg = post_manual_scale(spec, scaleout, reason, operator, store_url)
     create_markdown_artifact(
         key=artifact_key("manual", job),
-        markdown=f"# {job}: manual scale to {parallelism}\n\nBy {operator}: {reason}\n\n"
+        markdown=f"# {job}: manual scale to {scaleout}\n\nBy {operator}: {reason}\n\n"
                  f"Posted as `{msg}`; the job's loop applies it at its next run and records it in the ledger.\n",
-        description=f"Manual scale of {job} to {parallelism}")
-    return {"job": job, "parallelism": parallelism, "message": msg}
+        description=f"Manual scale of {job} to {scaleout}")
+    return {"job": job, "scaleout": scaleout, "message": msg}

@@ -76,12 +76,12 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
     if obs.timestamps.size and np.isfinite(obs.end) and (k.last_observation_end or -np.inf) < obs.end:
         k.last_observation_end = obs.end
     k.loops += 1
-    current = max(obs.parallelism, 1)
+    current = max(obs.scaleout, 1)
     forecast = k.forecaster.forecast(now)
-    capacities, observed = k.capacity.capacities(cfg.max_parallelism, current)
+    capacities, observed = k.capacity.capacities(cfg.max_scaleout, current)
     finite = obs.workload[np.isfinite(obs.workload)]
     avg_workload = float(finite.mean()) if finite.size else 0.0
-    recent = finite[-int(cfg.checkpoint_interval_s):] if finite.size else finite
+    recent = finite[-int(cfg.checkpoint_interval):] if finite.size else finite
     recent_workload = float(recent.mean()) if recent.size else 0.0
     lag = float(obs.lag[-1]) if obs.lag.size and np.isfinite(obs.lag[-1]) else 0.0
     return Analysis(
@@ -94,7 +94,7 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
         forecast=forecast,
         recovery_times=recovery_times(
             capacities, current, k.downtime, forecast.values, lag, recent_workload,
-            cfg.checkpoint_interval_s, cfg.max_recovery_s,
+            cfg.checkpoint_interval, cfg.max_recovery_s,
         ),
         holds=holds,
     )

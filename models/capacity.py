@@ -73,7 +73,7 @@ class CapacityModel:
     >>> obs = Observation(
     ...     job="demo", timestamps=np.arange(12.0), workload=np.zeros(12), lag=np.zeros(12),
     ...     throughput={"a": 10 + 100 * x_a, "b": 5 + 200 * x_b}, cpu={"a": x_a, "b": x_b},
-    ...     uptime_s=np.full(12, 3600.0), parallelism=2)
+    ...     uptime_s=np.full(12, 3600.0), scaleout=2)
     >>> model = CapacityModel()
     >>> model.update(obs)
     >>> {w: round(c, 6) for w, c in model.worker_capacities().items()}
@@ -96,7 +96,7 @@ class CapacityModel:
         self._regressions: dict[str, OnlineRegression] = {}
         self._cpu_means: dict[str, RunningMean] = {}  # x̄_w since the last rescale
         self._workers: tuple[str, ...] = ()
-        self._parallelism: int | None = None
+        self._scaleout: int | None = None
         self._observed: dict[int, float] = {}
 
     # --- what the model knows ------------------------------------------------------------------
@@ -106,9 +106,9 @@ class CapacityModel:
         return self._workers
 
     @property
-    def parallelism(self) -> int | None:
+    def scaleout(self) -> int | None:
         """The scale-out of the latest observation."""
-        return self._parallelism
+        return self._scaleout
 
     @property
     def observed(self) -> dict[int, float]:
@@ -134,7 +134,7 @@ class CapacityModel:
 
     # --- learning ------------------------------------------------------------------------------
     def update(self, obs: Observation) -> None:
-        rescaled = self._parallelism is not None and obs.parallelism != self._parallelism
+        rescaled = self._scaleout is not None and obs.scaleout != self._scaleout
         if rescaled:
             self._cpu_means = {}
         uptime = np.asarray(obs.uptime_s, dtype=float)
@@ -169,10 +169,10 @@ class CapacityModel:
             if use.any():
                 self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
         self._workers = self._current_workers(obs, last_report, rescaled)
-        self._parallelism = obs.parallelism
+        self._scaleout = obs.scaleout
         self._forget_gone_workers()
         if self.ready:
-            self._observed[obs.parallelism] = self.capacity_current()
+            self._observed[obs.scaleout] = self.capacity_current()
 
     def _forget_gone_workers(self) -> None:
         """Pods of a Deployment get new names at every restart: keep the regressions of the current workers and
@@ -182,14 +182,14 @@ class CapacityModel:
             del self._regressions[worker]
 
     def _current_workers(self, obs: Observation, last_report: dict[str, int], rescaled: bool) -> tuple[str, ...]:
-        """The ``parallelism`` workers that reported most recently (a worker removed by a scale-in
+        """The ``scaleout`` workers that reported most recently (a worker removed by a scale-in
         stops reporting before the survivors; one missed scrape does not drop a worker)."""
         if not last_report:
             if self._workers and not rescaled:
                 return self._workers
             return tuple(sorted(set(obs.throughput) & set(obs.cpu)))
         ranked = sorted(last_report, key=lambda w: (-last_report[w], w))
-        return tuple(sorted(ranked[: max(obs.parallelism, 1)]))
+        return tuple(sorted(ranked[: max(obs.scaleout, 1)]))
 
     # --- capacities ----------------------------------------------------------------------------
     def _determined(self, reg: OnlineRegression) -> bool:
@@ -253,8 +253,8 @@ class CapacityModel:
             "cpu_means": {w: mean.to_state() for w, mean in sorted(self._cpu_means.items())},
             "observed": {str(i): c for i, c in sorted(self._observed.items())},
         }
-        if self._parallelism is not None:
-            state["parallelism"] = float(self._parallelism)
+        if self._scaleout is not None:
+            state["scaleout"] = float(self._scaleout)
         return state
 
     @classmethod
@@ -269,7 +269,7 @@ class CapacityModel:
             regressions = {str(w): OnlineRegression.from_state(s) for w, s in state["regressions"].items()}
             cpu_means = {str(w): RunningMean.from_state(s) for w, s in state["cpu_means"].items()}
             observed = {int(i): float(c) for i, c in state["observed"].items()}
-            parallelism = int(state["parallelism"]) if "parallelism" in state else None
+            scaleout = int(state["scaleout"]) if "scaleout" in state else None
         except (TypeError, ValueError, AttributeError) as error:
             raise KnowledgeError(f"CapacityModel state is malformed: {error}") from None
         if any(not math.isfinite(c) or c < 0 for c in observed.values()):
@@ -277,11 +277,11 @@ class CapacityModel:
         if any(w not in regressions for w in cpu_means):
             raise KnowledgeError("CapacityModel state: a worker has a CPU mean but no regression")
         model._workers, model._regressions, model._cpu_means = workers, regressions, cpu_means
-        model._observed, model._parallelism = observed, parallelism
+        model._observed, model._scaleout = observed, scaleout
         return model
 
     def __repr__(self) -> str:
         return (
             f"CapacityModel(cpu_ceiling={self.cpu_ceiling!r}, warmup_s={self.warmup_s!r}, "
-            f"min_samples={self.min_samples}, workers={len(self._workers)}, parallelism={self._parallelism})"
+            f"min_samples={self.min_samples}, workers={len(self._workers)}, scaleout={self._scaleout})"
         )

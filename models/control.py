@@ -25,8 +25,8 @@ KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quar
 class ControlMessage:
     """One instruction for a job's loop. `body` depends on the kind:
 
-    approve: proposal, parallelism (optional override), operator · reject: proposal, operator, reason ·
-    scale: parallelism, reason, operator · pause/resume: operator, reason · quarantine: reason · release: – ·
+    approve: proposal, scaleout (optional override), operator · reject: proposal, operator, reason ·
+    scale: scaleout, reason, operator · pause/resume: operator, reason · quarantine: reason · release: – ·
     recovered: decision, observed_recovery_s, downtime_s (optional) · forecaster: state (Forecaster.to_state())
     """
 
@@ -49,11 +49,11 @@ class Applied:
     notes: list[str] = field(default_factory=list)
 
 
-def check_parallelism(cfg: LoopConfig, parallelism: int) -> str | None:
+def check_scaleout(cfg: LoopConfig, scaleout: int) -> str | None:
     """The refusal message when a requested scale-out lies outside the job's limits."""
-    if not cfg.min_parallelism <= parallelism <= cfg.max_parallelism:
-        return (f"parallelism {parallelism} is outside the job's limits "
-                f"[{cfg.min_parallelism}, {cfg.max_parallelism}]")
+    if not cfg.min_scaleout <= scaleout <= cfg.max_scaleout:
+        return (f"scaleout {scaleout} is outside the job's limits "
+                f"[{cfg.min_scaleout}, {cfg.max_scaleout}]")
     return None
 
 
@@ -84,8 +84,8 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if now >= p.expires:
                 out.notes.append(f"approval of {p.id} ignored: it expired at {p.expires:.0f}")
                 continue
-            target = int(b.get("parallelism") or p.target)
-            refusal = check_parallelism(cfg, target)
+            target = int(b.get("scaleout") or p.target)
+            refusal = check_scaleout(cfg, target)
             if refusal:
                 out.notes.append(f"approval of {p.id} refused: {refusal}")
                 continue
@@ -97,8 +97,8 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             out.decision = _operator_decision(k, msg, current, target, f"approved by {who}")
             out.notes.append(f"proposal {p.id} approved by {who}: {current} → {target}")
         elif msg.kind == "scale":
-            target = int(b["parallelism"])
-            refusal = check_parallelism(cfg, target)
+            target = int(b["scaleout"])
+            refusal = check_scaleout(cfg, target)
             if refusal:
                 out.notes.append(f"manual scale refused: {refusal}")
                 continue

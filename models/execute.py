@@ -72,5 +72,5 @@ def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: S
     if stop is not None:
         return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ")
     if cfg.mode == "approve":
-        return propose(decision, knowledge, now, cfg.proposal_ttl_s)
+        return propose(decision, knowledge, now, cfg.approval_timeout)
     return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run")

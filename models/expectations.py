@@ -6,7 +6,7 @@ Expectations 1.x):
 - `rows`: the lake's rows (one per job, worker and second) plus `schema_error`, set on the rows of a file
   whose columns or types are not the lake's;
 - `steps`: one row per job and second, derived in Spark: `workers` reporting, `duplicate_rows` (rows beyond
-  one per worker), `parallelism`, total
+  one per worker), `scaleout`, total
   `throughput`, `workload`, `lag`, `missing_steps` since the job's previous second, and
   `supply_ratio` = total throughput / max(workload + lag drained, 1), where lag drained =
   max(previous lag − lag, 0): a job cannot process more than arrived plus what it drained from its backlog
@@ -36,9 +36,9 @@ __all__ = [
 
 Frame = Literal["rows", "steps"]
 _BETWEEN = "ExpectColumnValuesToBeBetween"
-ROW_COLUMNS: tuple[str, ...] = ("job", "worker", "timestamp", "workload", "throughput", "cpu", "lag", "parallelism",
+ROW_COLUMNS: tuple[str, ...] = ("job", "worker", "timestamp", "workload", "throughput", "cpu", "lag", "scaleout",
                                 "schema_error")
-STEP_COLUMNS: tuple[str, ...] = ("job", "timestamp", "workers", "duplicate_rows", "parallelism", "throughput",
+STEP_COLUMNS: tuple[str, ...] = ("job", "timestamp", "workers", "duplicate_rows", "scaleout", "throughput",
                                  "workload", "lag", "missing_steps", "supply_ratio")
 
 
@@ -93,8 +93,8 @@ def checks(settings: SuiteSettings | None = None) -> tuple[Check, ...]:
                   f"{column} is not negative")
             for column in ("workload", "throughput", "lag")
         ),
-        Check("parallelism_positive", "rows", _BETWEEN, {"column": "parallelism", "min_value": 1},
-              "parallelism is at least 1"),
+        Check("scaleout_positive", "rows", _BETWEEN, {"column": "scaleout", "min_value": 1},
+              "scaleout is at least 1"),
     ]
     steps = [
         Check("unique_rows", "steps", _BETWEEN, {"column": "duplicate_rows", "max_value": 0},
@@ -102,9 +102,9 @@ def checks(settings: SuiteSettings | None = None) -> tuple[Check, ...]:
         Check("no_gaps", "steps", _BETWEEN,
               {"column": "missing_steps", "max_value": float(s.max_gap_steps)},
               f"no more than {s.max_gap_steps} missing steps of {s.step_s:g} s in a row"),
-        Check("workers_match_parallelism", "steps", "ExpectColumnPairValuesToBeEqual",
-              {"column_A": "workers", "column_B": "parallelism"},
-              "as many workers report as the parallelism says"),
+        Check("workers_match_scaleout", "steps", "ExpectColumnPairValuesToBeEqual",
+              {"column_A": "workers", "column_B": "scaleout"},
+              "as many workers report as the scaleout says"),
         Check("throughput_within_supply", "steps", _BETWEEN,
               {"column": "supply_ratio", "max_value": 1.0 + s.throughput_tolerance},
               f"throughput is not above workload plus lag drained (+{100 * s.throughput_tolerance:g} %)"),

@@ -72,20 +72,20 @@ class Iteration:
                 "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes)}
 
 
-def unavailable(job: str, parallelism: int, reason: str) -> Observation:
+def unavailable(job: str, scaleout: int, reason: str) -> Observation:
     """An empty observation that carries why nothing could be read: the loop holds on it."""
     empty = np.array([], dtype=float)
     return Observation(job=job, timestamps=empty, workload=empty, throughput={}, cpu={}, lag=empty,
-                       uptime_s=empty, parallelism=max(parallelism, 1), holds=(reason,))
+                       uptime_s=empty, scaleout=max(scaleout, 1), holds=(reason,))
 
 
-def observe_or_hold(job: str, source: MetricsSource, since: float | None, until: float, parallelism: int,
+def observe_or_hold(job: str, source: MetricsSource, since: float | None, until: float, scaleout: int,
                     call: Callable[..., Observation] = monitor) -> Observation:
     """Run monitor; a source that still fails (after its retries) becomes a hold, never a crash."""
     try:
         return call(job, source, since, until)
     except ConnectorError as exc:
-        return unavailable(job, parallelism, f"metrics unavailable: {exc}")
+        return unavailable(job, scaleout, f"metrics unavailable: {exc}")
 
 
 def expire_proposal(knowledge: Knowledge, now: float) -> None:
@@ -110,13 +110,13 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     cfg, job = target.config, target.job
     now = target.clock.now()
     try:
-        parallelism = target.scaler.current(job)
+        scaleout = target.scaler.current(job)
     except ConnectorError:
-        parallelism = 1
-    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, parallelism,
+        scaleout = 1
+    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, scaleout,
                           call=phases.monitor)
     expire_proposal(knowledge, now)
-    applied = apply_messages(knowledge, messages or [], cfg, obs.parallelism, now)
+    applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now)
     started = time.perf_counter()
     a = phases.analyze(cfg, obs, knowledge, now)
     d = phases.plan(cfg, a, knowledge, now)

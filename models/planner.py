@@ -9,7 +9,7 @@ Algorithm 1, as ARCHITECTURE.md states it:
    return i if C_i exceeds the maximum of the whole forecast.
 3. Nothing qualified → the maximum scale-out.
 Guardrails: holds for bad data or a pause, no action within `grace_s` of the previous one, min/max
-parallelism, a maximum step and partition-aware rounding. Every clamp adds a reason with before and after.
+scaleout, a maximum step and partition-aware rounding. Every clamp adds a reason with before and after.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tu
                 f"{f_next:,.0f}/s: keep {cur}",
             )
     skipped: list[str] = []
-    for i in range(cfg.min_parallelism, cfg.max_parallelism + 1):
+    for i in range(cfg.min_scaleout, cfg.max_scaleout + 1):
         c = a.capacity(i)
         if c <= a.avg_workload:
             continue
         r = a.recovery_time(i)
-        if r > cfg.target_recovery_s:
-            skipped.append(f"{i}: recovery {r:.0f} s > target {cfg.target_recovery_s:.0f} s")
+        if r > cfg.target_recovery_time:
+            skipped.append(f"{i}: recovery {r:.0f} s > target {cfg.target_recovery_time:.0f} s")
             continue
         f_rec = _window_max(forecast, r)
         if c < f_rec:
@@ -68,7 +68,7 @@ def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tu
             continue
         if i == cur:
             return i, (*skipped[-3:], f"C_{i} = {c:,.0f}/s covers the workload {a.avg_workload:,.0f}/s and the "
-                       f"forecast during recovery ({r:.0f} s ≤ {cfg.target_recovery_s:.0f} s): keep {i}")
+                       f"forecast during recovery ({r:.0f} s ≤ {cfg.target_recovery_time:.0f} s): keep {i}")
         if i < cur and a.lag > c * 1.0:
             skipped.append(f"{i}: scale-in deferred, lag {a.lag:,.0f} > one second of C_{i} ({c:,.0f})")
             continue
@@ -76,14 +76,14 @@ def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tu
             return i, (*skipped[-3:], f"C_{i} = {c:,.0f}/s exceeds the whole 15-minute forecast peak "
                        f"{f_all:,.0f}/s and recovers in {r:.0f} s: {i} is long-lived")
         skipped.append(f"{i}: C_{i} {c:,.0f}/s below the 15-minute forecast peak {f_all:,.0f}/s")
-    return cfg.max_parallelism, (*skipped[-3:], "no scale-out qualified: the maximum")
+    return cfg.max_scaleout, (*skipped[-3:], "no scale-out qualified: the maximum")
 
 
 def _round_to_partitions(target: int, current: int, cfg: LoopConfig) -> int:
     """Smallest divisor of the partition count ≥ target (even partitions per worker), within max."""
     if cfg.partitions is None or target == current:
         return target
-    for p in range(target, cfg.max_parallelism + 1):
+    for p in range(target, cfg.max_scaleout + 1):
         if cfg.partitions % p == 0:
             return p
     return target
@@ -115,13 +115,13 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
             stepped = cur + cfg.max_step if target > cur else cur - cfg.max_step
             notes.append(f"maximum step {cfg.max_step}: {target} → {stepped}")
             target = stepped
-        clamped = min(max(target, cfg.min_parallelism), cfg.max_parallelism)
+        clamped = min(max(target, cfg.min_scaleout), cfg.max_scaleout)
         if clamped != target:
-            notes.append(f"clamped to [{cfg.min_parallelism}, {cfg.max_parallelism}]: {target} → {clamped}")
+            notes.append(f"clamped to [{cfg.min_scaleout}, {cfg.max_scaleout}]: {target} → {clamped}")
             target = clamped
-    if target < cur and since_rescale is not None and since_rescale < cfg.scale_in_interval_s:
+    if target < cur and since_rescale is not None and since_rescale < cfg.scale_in_interval:
         notes.append(f"scale-in stabilisation: last rescale {since_rescale:.0f} s ago "
-                     f"(< {cfg.scale_in_interval_s:.0f} s), keeping {cur} instead of {target}")
+                     f"(< {cfg.scale_in_interval:.0f} s), keeping {cur} instead of {target}")
         target = cur
     if target == cur:
         return Decision(id=did, time=now, kind="no-change", current=cur, target=cur, reasons=tuple(notes))

@@ -31,12 +31,12 @@ def predict_recovery_time(
     forecast: Sequence[float],
     lag: float,
     recent_workload: float,
-    checkpoint_interval_s: float,
+    checkpoint_interval: float,
     max_recovery_s: float = 3600.0,
 ) -> float:
     """Seconds from the rescale until the backlog is drained at `capacity`; inf if never within the limit.
 
-    >>> predict_recovery_time(100.0, 10, [50.0] * 100, lag=0.0, recent_workload=50.0, checkpoint_interval_s=10)
+    >>> predict_recovery_time(100.0, 10, [50.0] * 100, lag=0.0, recent_workload=50.0, checkpoint_interval=10)
     30.0
     """
     horizon = math.ceil(max_recovery_s)
@@ -44,7 +44,7 @@ def predict_recovery_time(
     d = math.ceil(max(downtime_s, 0.0))
     if d >= horizon:
         return math.inf
-    backlog = checkpoint_interval_s * recent_workload + float(f[:d].sum()) + max(lag, 0.0)
+    backlog = checkpoint_interval * recent_workload + float(f[:d].sum()) + max(lag, 0.0)
     if backlog <= 0:
         return float(d)
     drained = np.cumsum(capacity - f[d:])
@@ -94,13 +94,13 @@ def recovery_times(
     forecast: Sequence[float],
     lag: float,
     recent_workload: float,
-    checkpoint_interval_s: float,
+    checkpoint_interval: float,
     max_recovery_s: float = 3600.0,
 ) -> tuple[float, ...]:
     """Predicted recovery time for every scale-out i = 1 … len(capacities)."""
     return tuple(
         predict_recovery_time(
-            c, downtime.for_change(current, i), forecast, lag, recent_workload, checkpoint_interval_s,
+            c, downtime.for_change(current, i), forecast, lag, recent_workload, checkpoint_interval,
             max_recovery_s,
         )
         for i, c in enumerate(capacities, start=1)

@@ -33,7 +33,7 @@ class Observation:
     cpu: Mapping[str, np.ndarray]  # CPU utilization in [0, 1], per worker
     lag: np.ndarray  # consumer lag in tuples
     uptime_s: np.ndarray  # seconds since the last (re)start
-    parallelism: int  # current scale-out
+    scaleout: int  # current scale-out
     step_s: float = 1.0
     holds: tuple[str, ...] = ()
 
@@ -95,7 +95,7 @@ class Decision:
 
     def __post_init__(self) -> None:
         if self.current < 1 or self.target < 1:
-            raise ValueError(f"parallelism must be at least 1, got {self.current} → {self.target}")
+            raise ValueError(f"scaleout must be at least 1, got {self.current} → {self.target}")
         if self.kind in ("hold", "no-change") and self.target != self.current:
             raise ValueError(f"a {self.kind} decision keeps the scale-out, got {self.current} → {self.target}")
 

@@ -24,8 +24,8 @@ def validate_observation(
     ts = obs.timestamps
     if ts.size == 0:
         return (*reasons, "no samples since the previous loop")
-    if obs.parallelism < 1:
-        reasons.append(f"reported parallelism {obs.parallelism} is below 1")
+    if obs.scaleout < 1:
+        reasons.append(f"reported scaleout {obs.scaleout} is below 1")
     if np.any(np.diff(ts) <= 0) or (previous_end is not None and ts[0] <= previous_end):
         reasons.append(
             f"timestamps go backwards or repeat (first {ts[0]:.0f}, previous loop ended {previous_end})"
@@ -59,8 +59,8 @@ def validate_observation(
         if c.size and (c.min() < 0 or c.max() > 1):
             reasons.append(f"{worker}: CPU outside [0, 1] (min {c.min():.3f}, max {c.max():.3f})")
         total += np.nan_to_num(thr)
-    if steady[-1] and reporting != obs.parallelism:
-        reasons.append(f"{reporting} of {obs.parallelism} workers reporting: a worker is missing")
+    if steady[-1] and reporting != obs.scaleout:
+        reasons.append(f"{reporting} of {obs.scaleout} workers reporting: a worker is missing")
     if not reasons:
         backlog_before = np.concatenate([[obs.lag[0]], obs.lag[:-1]])
         allowed = (obs.workload + backlog_before) * (1 + CONSISTENCY_TOLERANCE) + 1.0

@@ -44,21 +44,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from daedalus.connectors.spark_local import read_json, write_json
+
 SCHEMA = "id LONG, t DOUBLE, payload STRING"
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: readers never see half a file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 class Feeder(threading.Thread):

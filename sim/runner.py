@@ -57,8 +57,8 @@ def run(
 ) -> RunResult:
     """Simulate the whole workload under `policy`; `on_loop(done, total)` reports progress."""
     sim_config = sim_config or SimConfig()
-    cfg = loop_config or LoopConfig(max_parallelism=sim_config.max_scaleout,
-                                    checkpoint_interval_s=sim_config.checkpoint_interval_s)
+    cfg = loop_config or LoopConfig(max_scaleout=sim_config.max_scaleout,
+                                    checkpoint_interval=sim_config.checkpoint_interval)
     sim = Simulator(workload, sim_config, seed=seed, job=JOB)
     job = SimulatedJob(sim)
     target = Target(JOB, metrics=job, scaler=job, clock=job, config=cfg)

@@ -20,6 +20,6 @@ def scenario(workload: np.ndarray, max_scaleout: int = 12, peak_utilization: flo
     sim_config = SimConfig(max_scaleout=max_scaleout, **sim_overrides)
     probe = Simulator(np.zeros(1), sim_config, seed=seed)
     peak = peak_utilization * probe.true_capacity(max_scaleout)
-    loop_config = LoopConfig(max_parallelism=max_scaleout, checkpoint_interval_s=sim_config.checkpoint_interval_s,
+    loop_config = LoopConfig(max_scaleout=max_scaleout, checkpoint_interval=sim_config.checkpoint_interval,
                              **(loop_overrides or {}))
     return sim_config, loop_config, rescale_to_peak(workload, peak)

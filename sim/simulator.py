@@ -48,7 +48,7 @@ class SimConfig:
     downtime_out_s: float = 30.0
     downtime_in_s: float = 15.0
     downtime_noise_s: float = 3.0  # downtime + U(−this, this), rounded to whole seconds
-    checkpoint_interval_s: float = 10.0
+    checkpoint_interval: float = 10.0
     start: float = 1_767_225_600.0  # epoch of second 0 (2026-01-01T00:00:00Z)
     base_latency_s: float = 0.5  # latency of a tuple processed in the second it arrives
 
@@ -80,7 +80,7 @@ class SimConfig:
             "base_latency_s",
         ):
             require(finite(name) and getattr(self, name) >= 0, name, ">= 0")
-        require(finite("checkpoint_interval_s") and self.checkpoint_interval_s > 0, "checkpoint_interval_s", "positive")
+        require(finite("checkpoint_interval") and self.checkpoint_interval > 0, "checkpoint_interval", "positive")
         require(finite("start"), "start", "a finite epoch")
 
     @property
@@ -267,7 +267,7 @@ class Simulator:
         backlog, position, checkpoint = self._backlog, self._position, self._checkpoint
         owner, capacity, weights = self._owner, self._capacity, self._weights
         taken_hist, workload = self._taken_hist, self._workload
-        interval, restart = cfg.checkpoint_interval_s, self._restart
+        interval, restart = cfg.checkpoint_interval, self._restart
         first_up = max(t0, min(t1, self._down_until))
         processed = np.zeros((seconds, n_slots))  # actual tuples per worker slot, 0 while down
         taken_hist[t0:first_up] = 0.0
@@ -320,7 +320,7 @@ class Simulator:
             cpu={f"worker-{k}": self._cpu[window, k].copy() for k in range(present)},
             lag=self._lag[window].copy(),
             uptime_s=self._uptime[window].copy(),
-            parallelism=self._scaleout,
+            scaleout=self._scaleout,
             step_s=1.0,
         )
 

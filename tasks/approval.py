@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, create_model
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import KnowledgeStore
-from daedalus.models.control import check_parallelism
+from daedalus.models.control import check_scaleout
 from daedalus.models.errors import DaedalusError
 from daedalus.models.text import utc
 
@@ -47,8 +47,8 @@ class ApprovalRequest(BaseModel):
     proposal: str
     current: int
     proposed: int
-    min_parallelism: int
-    max_parallelism: int
+    min_scaleout: int
+    max_scaleout: int
     capacities: list[float]  # C_i for i = 1 … max, tuples/s
     observed: list[bool]  # whether C_i was observed
     recovery_times: list[float | None]  # predicted recovery at i, s (None: never)
@@ -77,7 +77,7 @@ def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec, wall_no
     assert p is not None, "an approval request needs a pending proposal"
     return ApprovalRequest(
         job=knowledge.job, proposal=p.id, current=p.current, proposed=p.target,
-        min_parallelism=spec.parallelism.min, max_parallelism=spec.parallelism.max,
+        min_scaleout=spec.scaleout.min, max_scaleout=spec.scaleout.max,
         capacities=[round(c, 1) for c in a.capacities], observed=list(a.observed),
         recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
         avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
@@ -93,8 +93,8 @@ def approval_markdown(r: ApprovalRequest) -> str:
     lines = [
         f"# {r.job}: {direction} {r.current} → {r.proposed}?",
         "",
-        f"Proposal `{r.proposal}`: approve, reject, or approve with another parallelism within the job's limits "
-        f"[{r.min_parallelism}, {r.max_parallelism}]. Unanswered, it expires at {utc(r.deadline)} and nothing "
+        f"Proposal `{r.proposal}`: approve, reject, or approve with another scaleout within the job's limits "
+        f"[{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at {utc(r.deadline)} and nothing "
         "happens.",
         "",
         "| | now | proposed |",
@@ -121,14 +121,14 @@ def approval_markdown(r: ApprovalRequest) -> str:
 
 
 def answer_model(r: ApprovalRequest) -> type[RunInput]:
-    """The form the UI shows: limits from the jobs file, so the server itself refuses a parallelism outside."""
+    """The form the UI shows: limits from the jobs file, so the server itself refuses a scaleout outside."""
     return create_model(
         "ScaleApproval",
         __base__=RunInput,
         decision=(Literal["approve", "reject"], Field("approve", description="approve or reject the proposal")),
-        parallelism=(int, Field(r.proposed, ge=r.min_parallelism, le=r.max_parallelism,
+        scaleout=(int, Field(r.proposed, ge=r.min_scaleout, le=r.max_scaleout,
                                 description=f"scale-out to apply when approving, within "
-                                            f"[{r.min_parallelism}, {r.max_parallelism}]")),
+                                            f"[{r.min_scaleout}, {r.max_scaleout}]")),
         operator=(str, Field("prefect-ui", description="who answers; recorded in the ledger")),
         reason=(str, Field("", description="why; recorded in the ledger")),
     )
@@ -150,14 +150,14 @@ def job_now(spec: JobSpec, store_url: str) -> float:
         return time.time()
 
 
-def check_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | None, store_url: str) -> int | None:
-    """Refuse an answer that cannot apply, before anything is posted; returns the parallelism to apply."""
+def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str) -> int | None:
+    """Refuse an answer that cannot apply, before anything is posted; returns the scaleout to apply."""
     job = spec.name
-    if decision == "approve" and parallelism is not None:
-        refusal = check_parallelism(spec.loop_config(), parallelism)
+    if decision == "approve" and scaleout is not None:
+        refusal = check_scaleout(spec.loop_config(), scaleout)
         if refusal:
-            raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.parallelism.min}, "
-                          f"max {spec.parallelism.max} in the jobs file)")
+            raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.scaleout.min}, "
+                          f"max {spec.scaleout.max} in the jobs file)")
     k = KnowledgeStore(store_url).load(job).knowledge
     if k is None:
         raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
@@ -173,20 +173,20 @@ def check_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int |
     now = job_now(spec, store_url)
     if now >= k.pending.expires:
         raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)} (job clock): nothing was done")
-    return parallelism if parallelism is not None else k.pending.target
+    return scaleout if scaleout is not None else k.pending.target
 
 
-def post_answer(spec: JobSpec, proposal: str, decision: str, parallelism: int | None, operator: str, reason: str,
+def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
                 store_url: str) -> dict[str, Any]:
     """Check, then post the answer to the job's inbox for its loop to apply."""
-    target = check_answer(spec, proposal, decision, parallelism, store_url)
+    target = check_answer(spec, proposal, decision, scaleout, store_url)
     body: dict[str, Any] = {"proposal": proposal, "operator": operator}
     if decision == "approve":
-        body["parallelism"] = target
+        body["scaleout"] = target
     else:
         body["reason"] = reason
     msg = Inbox(store_url).post(spec.name, decision, body, now=job_now(spec, store_url))
-    return {"job": spec.name, "proposal": proposal, "decision": decision, "parallelism": body.get("parallelism"),
+    return {"job": spec.name, "proposal": proposal, "decision": decision, "scaleout": body.get("scaleout"),
             "operator": operator, "message": msg.id}
 
 
@@ -218,13 +218,13 @@ def outcome_markdown(r: ApprovalRequest, outcome: str) -> str:
 
 
 
-def post_manual_scale(spec: JobSpec, parallelism: int, reason: str, operator: str, store_url: str) -> str:
+def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str) -> str:
     """Refuse a manual action outside the job's limits, else post it to the job's inbox."""
-    refusal = check_parallelism(spec.loop_config(), parallelism)
+    refusal = check_scaleout(spec.loop_config(), scaleout)
     if refusal:
-        raise Refused(f"manual scale of {spec.name!r} refused: {refusal} (min {spec.parallelism.min}, "
-                      f"max {spec.parallelism.max} in the jobs file)")
+        raise Refused(f"manual scale of {spec.name!r} refused: {refusal} (min {spec.scaleout.min}, "
+                      f"max {spec.scaleout.max} in the jobs file)")
     if not reason.strip():
         raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
-    body = {"parallelism": parallelism, "reason": reason, "operator": operator}
+    body = {"scaleout": scaleout, "reason": reason, "operator": operator}
     return Inbox(store_url).post(spec.name, "scale", body, now=job_now(spec, store_url)).id

@@ -18,7 +18,7 @@ def artifact_key(kind: str, job: str) -> str:
 def capacity_rows(a: Analysis) -> list[dict[str, object]]:
     return [
         {
-            "scale_out": i,
+            "scale-out": i,
             "capacity_per_s": round(c),
             "source": "observed" if obs else "estimated",
             "predicted_recovery_s": None if math.isinf(r) else round(r),

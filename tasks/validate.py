@@ -52,12 +52,12 @@ def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
 
     per_worker = rows.groupBy("job", "timestamp", "worker").agg(
         F.count(F.lit(1)).alias("copies"),
-        *(F.max(c).alias(c) for c in ("throughput", "workload", "lag", "parallelism")),
+        *(F.max(c).alias(c) for c in ("throughput", "workload", "lag", "scaleout")),
     )
     steps = per_worker.groupBy("job", "timestamp").agg(
         F.count(F.lit(1)).alias("workers"),
         (F.sum("copies") - F.count(F.lit(1))).alias("duplicate_rows"),
-        F.max("parallelism").alias("parallelism"),
+        F.max("scaleout").alias("scaleout"),
         F.sum("throughput").alias("throughput"),
         F.max("workload").alias("workload"),
         F.max("lag").alias("lag"),

@@ -10,7 +10,7 @@ T0 = 1_767_225_600.0
 
 
 def observation(n: int = 60, workers: int = 2, workload: float = 1_000.0, cpu: float = 0.5, lag: float = 0.0,
-                uptime: float = 1_000.0, start: float = T0, parallelism: int | None = None) -> Observation:
+                uptime: float = 1_000.0, start: float = T0, scaleout: int | None = None) -> Observation:
     """A sound steady-state observation: throughput equals workload, shared evenly."""
     ts = start + np.arange(1, n + 1, dtype=float)
     names = [f"worker-{i}" for i in range(workers)]
@@ -18,5 +18,5 @@ def observation(n: int = 60, workers: int = 2, workload: float = 1_000.0, cpu: f
         job="j", timestamps=ts, workload=np.full(n, workload),
         throughput={w: np.full(n, workload / workers) for w in names},
         cpu={w: np.full(n, cpu) for w in names}, lag=np.full(n, lag), uptime_s=np.full(n, uptime),
-        parallelism=workers if parallelism is None else parallelism,
+        scaleout=workers if scaleout is None else scaleout,
     )

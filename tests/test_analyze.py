@@ -36,7 +36,7 @@ def test_recovery_after_a_rescale_is_observed_within_10_s_of_the_truth():
     workload = np.full(3600, 150_000.0)
     sim = Simulator(workload, SimConfig(max_scaleout=12, downtime_noise_s=0.0), seed=3, initial_scaleout=4)
     job = SimulatedJob(sim)
-    cfg = LoopConfig(max_parallelism=12, mode="dry-run")  # only the manual action below rescales
+    cfg = LoopConfig(max_scaleout=12, mode="dry-run")  # only the manual action below rescales
     target = Target("sim", job, job, job, cfg)
     k = Knowledge.new("sim", cfg)
     for _ in range(20):  # learn normal operation

@@ -43,7 +43,7 @@ def recorded_observation(cpu_name: str, throughput_name: str) -> tuple[Observati
         cpu={pod: cpu[pod].to_numpy(dtype=float) for pod in cpu.columns},
         lag=np.zeros(n),
         uptime_s=np.full(n, 86_400.0),
-        parallelism=len(cpu.columns),
+        scaleout=len(cpu.columns),
     )
     return obs, throughput
 
@@ -51,7 +51,7 @@ def recorded_observation(cpu_name: str, throughput_name: str) -> tuple[Observati
 def observation(
     throughput: dict[str, np.ndarray],
     cpu: dict[str, np.ndarray],
-    parallelism: int,
+    scaleout: int,
     uptime_s: np.ndarray | None = None,
     start: float = 0.0,
 ) -> Observation:
@@ -64,7 +64,7 @@ def observation(
         cpu=cpu,
         lag=np.zeros(n),
         uptime_s=np.full(n, 3_600.0) if uptime_s is None else uptime_s,
-        parallelism=parallelism,
+        scaleout=scaleout,
     )
 
 
@@ -130,7 +130,7 @@ def test_recorded_data_in_batches_gives_the_same_capacity() -> None:
                 cpu={w: v[part] for w, v in obs.cpu.items()},
                 lag=obs.lag[part],
                 uptime_s=obs.uptime_s[part],
-                parallelism=obs.parallelism,
+                scaleout=obs.scaleout,
             )
         )
     assert batched.capacity_current() == pytest.approx(whole.capacity_current(), rel=1e-9)
@@ -336,7 +336,7 @@ def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
         obs = Observation(
             job="j", timestamps=np.arange(30, dtype=float) + 30 * generation, workload=np.full(30, 2e4),
             throughput={f"pod-{generation}": 1e4 * x}, cpu={f"pod-{generation}": x}, lag=np.zeros(30),
-            uptime_s=np.full(30, 100.0), parallelism=1,
+            uptime_s=np.full(30, 100.0), scaleout=1,
         )
         model.update(obs)
     kept = model.to_state()["regressions"]

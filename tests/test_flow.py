@@ -46,7 +46,7 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
     decision = Artifact.get(f"decision-{JOB}")
     capacity = Artifact.get(f"capacity-{JOB}")
     assert decision is not None and "## Reasons" in decision.data
-    assert capacity is not None and '"scale_out": 12' in capacity.data
+    assert capacity is not None and '"scale-out": 12' in capacity.data
     assert Artifact.get(f"forecast-{JOB}") is not None
     assert np.isfinite(result.loop_ms[-1][1])
 

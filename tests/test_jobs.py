@@ -14,7 +14,7 @@ GOOD = {
         "name": "ysb-ads", "engine": "flink", "selector": {"namespace": "streaming", "job_name": "ysb"},
         "source": {"topic": "ad-events"},
         "scale_target": {"kind": "Deployment", "namespace": "streaming", "name": "flink-taskmanager"},
-        "parallelism": {"min": 2, "max": 12, "max_step": 4}, "checkpoint_interval": "10s", "mode": "approve",
+        "scaleout": {"min": 2, "max": 12, "max_step": 4}, "checkpoint_interval": "10s", "mode": "approve",
         "blackout": [{"start": "22:00", "end": "02:00"}],
     }],
 }
@@ -30,8 +30,8 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
     path.write_text(yaml.safe_dump(GOOD))
     spec = load_jobs(path).job("ysb-ads")
     cfg = spec.loop_config()
-    assert (cfg.min_parallelism, cfg.max_parallelism, cfg.max_step, cfg.mode) == (2, 12, 4, "approve")
-    assert (cfg.target_recovery_s, cfg.checkpoint_interval_s) == (600.0, 10.0)
+    assert (cfg.min_scaleout, cfg.max_scaleout, cfg.max_step, cfg.mode) == (2, 12, 4, "approve")
+    assert (cfg.target_recovery_time, cfg.checkpoint_interval) == (600.0, 10.0)
     from datetime import time
 
     assert spec.blackout[0].contains(time(23, 30)) and spec.blackout[0].contains(time(1, 0))
@@ -46,7 +46,7 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
         (job(prometheus={"url": "not a url"}), "field prometheus.url: Input should be a valid URL"),
         (job(scale_target={"kind": "Pod", "name": "x"}), "field scale_target.kind: Input should be"),
         (job(surprise=1), "field surprise: Extra inputs are not permitted"),
-        (job(parallelism={"min": 5, "max": 2}), "field parallelism: Value error, max (2) must be ≥ min (5)"),
+        (job(scaleout={"min": 5, "max": 2}), "field scaleout: Value error, max (2) must be ≥ min (5)"),
         (job(checkpoint_interval="soon"), "field checkpoint_interval: Value error, not a duration: 'soon'"),
         (job(queries={"bogus": "up"}), "field queries.bogus: not a query the monitor uses"),
         (job(selector={"bad label": "x"}), "field selector"),

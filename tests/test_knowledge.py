@@ -78,13 +78,13 @@ def test_store_rejects_unsafe_job_names(tmp_path):
 def test_inbox_messages_are_applied_once_and_refused_outside_limits(tmp_path):
     inbox = Inbox(str(tmp_path))
     k = learned()
-    cfg = LoopConfig(max_parallelism=4)
-    inbox.post("j", "approve", {"proposal": "j-1", "parallelism": 9, "operator": "ana"}, now=T0 + 1)
+    cfg = LoopConfig(max_scaleout=4)
+    inbox.post("j", "approve", {"proposal": "j-1", "scaleout": 9, "operator": "ana"}, now=T0 + 1)
     applied = apply_messages(k, [m for _, m in inbox.pending("j")], cfg, current=2, now=T0 + 2)
     assert applied.decision is None and "outside the job's limits [1, 4]" in applied.notes[0]
     assert k.pending is not None
     inbox.ack([p for p, _ in inbox.pending("j")])
-    inbox.post("j", "approve", {"proposal": "j-1", "parallelism": 4, "operator": "ana"}, now=T0 + 3)
+    inbox.post("j", "approve", {"proposal": "j-1", "scaleout": 4, "operator": "ana"}, now=T0 + 3)
     applied = apply_messages(k, [m for _, m in inbox.pending("j")], cfg, current=2, now=T0 + 4)
     assert (applied.decision.current, applied.decision.target, k.pending) == (2, 4, None)
     assert k.entry("j-1").state == "approved"

@@ -26,7 +26,7 @@ def ctx(**kw):
                        pending_proposal=kw.get("pending"), paused=kw.get("paused", False))
 
 
-CFG = LoopConfig(max_parallelism=6, scale_in_interval_s=0)  # Algorithm 1 alone
+CFG = LoopConfig(max_scaleout=6, scale_in_interval=0)  # Algorithm 1 alone
 CAPS = [100, 200, 300, 400, 500, 600]  # C_i = 100·i
 
 
@@ -113,7 +113,7 @@ def test_holds_from_analysis_pause_and_pending_proposal():
 
 
 def test_scale_in_stabilisation_defers_scale_in_but_never_scale_out():
-    cfg = LoopConfig(max_parallelism=6, scale_in_interval_s=1200)
+    cfg = LoopConfig(max_scaleout=6, scale_in_interval=1200)
     down = analysis(CAPS, scaleout=5, avg=150, forecast=[150] * 900)
     held = plan(cfg, down, ctx(last_rescale=NOW - 900, last_action=NOW - 900), NOW)
     assert (held.kind, held.target) == ("no-change", 5)
@@ -124,7 +124,7 @@ def test_scale_in_stabilisation_defers_scale_in_but_never_scale_out():
 
 
 def test_min_max_and_maximum_step():
-    cfg = LoopConfig(min_parallelism=2, max_parallelism=5, max_step=2, scale_in_interval_s=0)
+    cfg = LoopConfig(min_scaleout=2, max_scaleout=5, max_step=2, scale_in_interval=0)
     a = analysis(CAPS, scaleout=4, avg=10, forecast=[10] * 900)
     d = plan(cfg, a, ctx(), NOW)
     assert d.target == 2  # 1 is below the minimum
@@ -133,7 +133,7 @@ def test_min_max_and_maximum_step():
 
 
 def test_partition_aware_rounding_to_a_divisor():
-    cfg = LoopConfig(max_parallelism=6, partitions=12)
+    cfg = LoopConfig(max_scaleout=6, partitions=12)
     # 5 qualifies first; 12 partitions over 5 workers is uneven: round up to 6.
     a = analysis(CAPS, scaleout=1, avg=450, forecast=[450] * 900)
     d = plan(cfg, a, ctx(), NOW)
@@ -153,14 +153,14 @@ def test_partition_aware_rounding_to_a_divisor():
     step=st.one_of(st.none(), st.integers(1, 3)),
 )
 def test_invariants(caps, rec, cur, avg, fc, lag, lo, since_action, step):
-    cfg = LoopConfig(min_parallelism=lo, max_parallelism=8, max_step=step, scale_in_interval_s=600)
+    cfg = LoopConfig(min_scaleout=lo, max_scaleout=8, max_step=step, scale_in_interval=600)
     a = analysis(caps, scaleout=cur, avg=avg, forecast=fc, lag=lag, recovery=rec)
     last = None if since_action is None else NOW - since_action
     d = plan(cfg, a, ctx(last_action=last, last_rescale=last), NOW)
     if d.changes:
-        assert cfg.min_parallelism <= d.target <= cfg.max_parallelism
+        assert cfg.min_scaleout <= d.target <= cfg.max_scaleout
         assert since_action is None or since_action >= cfg.grace_s
-        assert d.target > cur or since_action is None or since_action >= cfg.scale_in_interval_s
+        assert d.target > cur or since_action is None or since_action >= cfg.scale_in_interval
         if lo <= cur:  # the step limit yields to min/max when the job runs outside them
             assert step is None or abs(d.target - cur) <= step
     else:

@@ -12,7 +12,7 @@ from daedalus.models.recovery import DowntimeEstimates, predict_recovery_time, r
 def test_hand_computed_recovery_time():
     # backlog = checkpoint (10 s × 1,000/s) + downtime arrivals (30 s × 1,000/s) + lag 5,000 = 45,000 tuples.
     # spare = 2,500 − 1,000 = 1,500/s → 30 s after the downtime; recovery = 30 + 30 = 60 s.
-    r = predict_recovery_time(2_500, 30, [1_000.0] * 900, lag=5_000, recent_workload=1_000, checkpoint_interval_s=10)
+    r = predict_recovery_time(2_500, 30, [1_000.0] * 900, lag=5_000, recent_workload=1_000, checkpoint_interval=10)
     assert r == 60.0
 
 
@@ -37,7 +37,7 @@ def test_beyond_horizon_holds_the_last_forecast_value():
 def test_per_scale_out_uses_direction_downtime():
     d = DowntimeEstimates(out_s=30, in_s=10)
     r = recovery_times([1_000, 2_000, 3_000], current=2, downtime=d, forecast=[500.0] * 900, lag=0,
-                       recent_workload=500, checkpoint_interval_s=10)
+                       recent_workload=500, checkpoint_interval=10)
     # i=1 (in, 10 s): backlog 5k + 5k = 10k, spare 500 → 20 s → 30 s
     # i=2 (restart, in 10 s): backlog 10k, spare 1,500 → 7 s → 17 s
     # i=3 (out, 30 s): backlog 5k + 15k = 20k, spare 2,500 → 8 s → 38 s

@@ -42,7 +42,7 @@ def constant(rate: float, seconds: int) -> np.ndarray:
         ("downtime_out_s", -1.0),
         ("downtime_in_s", float("nan")),
         ("downtime_noise_s", -3.0),
-        ("checkpoint_interval_s", 0.0),
+        ("checkpoint_interval", 0.0),
         ("start", float("nan")),
         ("base_latency_s", -0.5),
     ],
@@ -224,7 +224,7 @@ def test_rescale_stops_processing_and_reprocesses_since_the_checkpoint() -> None
     - second 25's last tuple (cumulative 1,560,000) leaves when the position, restarting from
       1,200,000 at 55 s at 660,000/s, reaches it: 55 + 360/660 s; it arrived at 26 s.
     """
-    sim = Simulator(constant(60_000, 200), quiet(checkpoint_interval_s=10), initial_scaleout=4)
+    sim = Simulator(constant(60_000, 200), quiet(checkpoint_interval=10), initial_scaleout=4)
     sim.advance(25)
     assert sim.now == START + 25
     sim.scale(6)
@@ -251,7 +251,7 @@ def test_rescale_stops_processing_and_reprocesses_since_the_checkpoint() -> None
 
 
 def test_restart_from_checkpoint_replay_and_conservation_hand_case() -> None:
-    sim = Simulator(constant(60_000, 100), quiet(checkpoint_interval_s=10, downtime_in_s=15))
+    sim = Simulator(constant(60_000, 100), quiet(checkpoint_interval=10, downtime_in_s=15))
     sim.advance(25)
     sim.scale(12)  # same scale-out: a restart, with the scale-in downtime
     sim.advance(15)
@@ -269,7 +269,7 @@ def test_observe_window_and_workers_that_did_not_exist() -> None:
     sim.advance(10)
     obs = sim.observe(START)
     assert obs.job == "wordcount"
-    assert obs.parallelism == 4
+    assert obs.scaleout == 4
     assert obs.timestamps.tolist() == [START + s for s in range(1, 21)]
     assert obs.workers == ("worker-0", "worker-1", "worker-2", "worker-3")
     tp2 = obs.throughput["worker-2"]

@@ -44,7 +44,7 @@ def poisoned(field, worker=None, index=5, value=np.nan):
         (poisoned("throughput", "worker-0", value=-1.0), "worker-0: negative throughput"),
         (poisoned("throughput", "worker-0", value=np.nan), "worker-0: missing or NaN samples in steady state"),
         (poisoned("throughput", "worker-0", value=5_000.0), "above workload"),
-        (replace(observation(), parallelism=3), "2 of 3 workers reporting"),
+        (replace(observation(), scaleout=3), "2 of 3 workers reporting"),
         (poisoned("timestamps", index=10, value=T0), "timestamps go backwards"),
         (replace(observation(), holds=("metrics unavailable: connection refused",)), "connection refused"),
     ],

@@ -18,7 +18,7 @@ def names() -> tuple[str, ...]:
 def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) -> Policy:
     """The policy called `name`; Daedalus runs with `loop_config` (default: the paper's settings)."""
     if name == "daedalus":
-        return Daedalus(loop_config or LoopConfig(max_parallelism=max_scaleout))
+        return Daedalus(loop_config or LoopConfig(max_scaleout=max_scaleout))
     if name == "static":
         return Static(max_scaleout)
     if name in ("hpa-80", "hpa-85"):

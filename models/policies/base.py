@@ -54,7 +54,7 @@ class Baseline:
         started = time.perf_counter()
         wanted = self.decide(obs, current, now)
         loop_ms = 1000 * (time.perf_counter() - started)
-        wanted = min(max(wanted, cfg.min_parallelism), cfg.max_parallelism)
+        wanted = min(max(wanted, cfg.min_scaleout), cfg.max_scaleout)
         if wanted == current:
             return Step("no-change", current, current, loop_ms, executed=False)
         target.scaler.scale(job, wanted, f"{self.name}-{int(now)}")

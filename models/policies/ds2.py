@@ -10,7 +10,7 @@ are used here) wraps it in a target utilization and a few guards:
 - no action while the utilization required / true rate lies within target ± boundary (0.7 ± 0.3): the
   scale-up trigger is utilization > 1.0, the scale-down trigger utilization < 0.4; while the backlog exceeds
   5 minutes of input ("processing backlog") the job is never scaled in;
-- target parallelism = ceil(required / (true rate per worker × target utilization 0.7));
+- target scaleout = ceil(required / (true rate per worker × target utilization 0.7));
 - after every (re)start, no metrics during the stabilization interval (5 min), then a full metrics window
   before the next decision.
 

@@ -40,7 +40,7 @@ def observation(
         v[:down_s] = 0.0
         cpu_series[f"worker-{k}"], tp_series[f"worker-{k}"] = x, v
     return Observation(job="bench", timestamps=t, workload=np.full(seconds, float(workload)), throughput=tp_series,
-                       cpu=cpu_series, lag=np.full(seconds, float(lag)), uptime_s=uptime, parallelism=len(cpu))
+                       cpu=cpu_series, lag=np.full(seconds, float(lag)), uptime_s=uptime, scaleout=len(cpu))
 
 
 @pytest.fixture

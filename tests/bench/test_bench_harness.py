@@ -151,9 +151,9 @@ def test_capacity_cli(tmp_path):
 
 def test_a_tighter_recovery_target_buys_faster_catch_up_with_more_workers(short_trace, tmp_path):
     runs = {target: run_benchmark([Workload("short_ramp", short_trace)], tmp_path / str(target), seeds=[0],
-                                  policies=["daedalus"], loop_overrides={"target_recovery_s": target})
+                                  policies=["daedalus"], loop_overrides={"target_recovery_time": target})
             for target in (30.0, 600.0)}
-    assert [runs[t]["settings"]["daedalus_loop"]["target_recovery_s"] for t in (30.0, 600.0)] == [30.0, 600.0]
+    assert [runs[t]["settings"]["daedalus_loop"]["target_recovery_time"] for t in (30.0, 600.0)] == [30.0, 600.0]
     tight, loose = (runs[t]["results"]["short_ramp"]["daedalus"] for t in (30.0, 600.0))
     assert tight["worker_seconds_pct_of_static"] > loose["worker_seconds_pct_of_static"]
     assert tight["latency_p95_s"] <= loose["latency_p95_s"]

@@ -19,7 +19,7 @@ def test_names_and_instances():
     assert isinstance(policies.make("ds2", 12), DS2)
     daedalus = policies.make("daedalus", 12)
     assert isinstance(daedalus, Daedalus) and daedalus.name == "daedalus"
-    assert daedalus.config.max_parallelism == 12  # the paper's settings up to the job's maximum
+    assert daedalus.config.max_scaleout == 12  # the paper's settings up to the job's maximum
 
 
 def test_unknown_policy_lists_the_known_ones():

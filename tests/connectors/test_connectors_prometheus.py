@@ -114,7 +114,7 @@ def test_a_sound_job_gives_the_hand_computed_observation(prom_url):
     np.testing.assert_allclose(obs.workload, 1000.0)  # 15,000 messages per 15 s
     np.testing.assert_allclose(obs.lag, 10 + 20 + 30)
     np.testing.assert_allclose(obs.uptime_s, 600 + i * 15)
-    assert obs.parallelism == 3 and obs.step_s == STEP
+    assert obs.scaleout == 3 and obs.step_s == STEP
 
 
 def test_the_grid_is_aligned_so_loops_neither_overlap_nor_skip(prom_url):
@@ -149,7 +149,7 @@ def test_a_stale_series_is_masked_and_holds_while_the_job_still_counts_the_pod(p
 
 def test_a_pod_removed_by_a_scale_in_is_masked_without_a_hold(prom_url):
     obs = _source(prom_url, "scalein").observe("scalein", SINCE, UNTIL)
-    assert obs.holds == () and obs.parallelism == 2
+    assert obs.holds == () and obs.scaleout == 2
     assert np.isnan(obs.throughput["tm-2"][GRID > T0 + 465]).all()
 
 
@@ -165,14 +165,14 @@ def test_no_data_names_the_query(prom_url):
     obs = PrometheusSource("x", queries, prom_url, step_s=STEP).observe("x", SINCE, UNTIL)
     assert obs.holds[0].startswith('no data for workload: `sum(rate(kafka_server_brokertopicmetrics_messagesin_total'
                                    '{topic="no-such-topic"}[60s]))` matched no series')
-    with pytest.raises(ConnectorError, match="no current parallelism; no data for workload"):
+    with pytest.raises(ConnectorError, match="no current scaleout; no data for workload"):
         _source(prom_url, "nosuchjob").observe("nosuchjob", SINCE, UNTIL)
 
 
 def test_an_injection_attempt_matches_nothing(prom_url):
     evil = 'ok", cluster=~".+'
     queries = QuerySet("x", "flink", {"namespace": evil}, {"topic": "ok-events"}, {}, 60)
-    with pytest.raises(ConnectorError, match="no current parallelism"):
+    with pytest.raises(ConnectorError, match="no current scaleout"):
         PrometheusSource("x", queries, prom_url, step_s=STEP).observe("x", SINCE, UNTIL)
 
 
@@ -181,7 +181,7 @@ def test_from_spec_builds_the_source_from_a_jobs_file_entry(prom_url):
                                  "selector": {"namespace": "ok", "cluster": "c1"}, "source": {"topic": "ok-events"},
                                  "scale_target": {"kind": "Deployment", "name": "flink-taskmanager"}}]})
     obs = PrometheusSource.from_spec(jobs.job("ok")).observe("ok", SINCE, UNTIL)
-    assert obs.holds == () and obs.parallelism == 3
+    assert obs.holds == () and obs.scaleout == 3
 
 
 # --- failures of Prometheus itself: a loopback server that answers 5xx or too slowly ---------------------
@@ -240,15 +240,15 @@ def test_5xx_is_retried_a_bounded_number_of_times(flaky):
 def test_a_timeout_becomes_a_hold_in_the_monitor_phase(flaky):
     _, url = flaky
     _Flaky.script = [(200, 1.0)]
-    obs = observe_or_hold("j", _fast(url, retries=1, timeout_s=0.2), 990, 1000, parallelism=4, call=lambda j, s, a, b:
+    obs = observe_or_hold("j", _fast(url, retries=1, timeout_s=0.2), 990, 1000, scaleout=4, call=lambda j, s, a, b:
                           s.observe(j, a, b))
-    assert obs.parallelism == 4 and obs.timestamps.size == 0
+    assert obs.scaleout == 4 and obs.timestamps.size == 0
     assert obs.holds[0].startswith(f"metrics unavailable: prometheus {url} unreachable or timing out after 1 retries")
 
 
 def test_an_unreachable_prometheus_holds():
     url = f"http://127.0.0.1:{free_port()}"
-    obs = observe_or_hold("j", _fast(url, retries=0), 990, 1000, parallelism=2, call=lambda j, s, a, b:
+    obs = observe_or_hold("j", _fast(url, retries=0), 990, 1000, scaleout=2, call=lambda j, s, a, b:
                           s.observe(j, a, b))
     assert "unreachable or timing out after 0 retries (ConnectionError" in obs.holds[0]
     assert math.isnan(obs.end)
@@ -274,7 +274,7 @@ jobs:
                                       "--window", str(UNTIL - SINCE), "--at", str(UNTIL)])
     assert result.exit_code == 0, result.output
     seen = __import__("json").loads(out.read_text())
-    assert seen["parallelism"] == 3 and seen["timestamps"] == GRID.tolist()
+    assert seen["scaleout"] == 3 and seen["timestamps"] == GRID.tolist()
     assert seen["workers"]["tm-0"]["throughput"][0] == 1000 + 5
     assert seen["workload"][0] == 1000.0 and seen["lag"][0] == 60.0
     assert seen["holds"][0].startswith("stale: pod tm-2 has no sample within 30s")

@@ -50,7 +50,7 @@ def test_every_engine_defines_every_required_query():
 
 def test_an_injected_selector_value_stays_inside_its_string():
     q = QuerySet("j", "flink", {"namespace": 'x"} or vector(1) or up{a="'}, {"topic": "t"}, {}, 60)
-    assert q.query("parallelism") == (r'max(flink_jobmanager_numRegisteredTaskManagers'
+    assert q.query("scaleout") == (r'max(flink_jobmanager_numRegisteredTaskManagers'
                                       r'{namespace="x\"} or vector(1) or up{a=\""})')
 
 

@@ -1,6 +1,6 @@
 """A real streaming engine: a Spark Structured Streaming query running locally, watched through a real
 Prometheus and rescaled by the control loop (scale target `spark-local`: stop, restart from the checkpoint
-with the new parallelism).
+with the new scaleout).
 
 The job reads files a feeder writes at the workload's rate; its progress metrics are scraped every second.
 The loop runs every 10 s through models.loop.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
@@ -35,8 +35,8 @@ from daedalus.sim.exporter import free_port, local_prometheus
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
 JOB = "spark-local"
-# 40 s at more rows/s than the job processes at parallelism 1 here (it falls behind), then 60 s calmer: at
-# parallelism 2 it works the backlog off, saturated, then keeps up.
+# 40 s at more rows/s than the job processes at scaleout 1 here (it falls behind), then 60 s calmer: at
+# scaleout 2 it works the backlog off, saturated, then keeps up.
 PROFILE = [8000] * 40 + [2500] * 60
 # Utilization per task slot: the share of time a micro-batch runs (1 exactly when saturated). The JVM's CPU per
 # slot stays well below 1 when the job saturates on a shared 2-core machine, and the capacity regression,
@@ -64,8 +64,8 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
     try:
         with local_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"], "1s") as url:
             _wait_for(workdir / "state.json", 120)
-            cfg = LoopConfig(min_parallelism=1, max_parallelism=2, warmup_s=5, loop_interval_s=10, grace_s=10,
-                             recent_rescale_s=10, checkpoint_interval_s=1, mode="dry-run")
+            cfg = LoopConfig(min_scaleout=1, max_scaleout=2, warmup_s=5, loop_interval_s=10, grace_s=10,
+                             recent_rescale_s=10, checkpoint_interval=1, mode="dry-run")
             queries = QuerySet(JOB, "spark", {"app": JOB}, {"topic": workdir.name}, {"cpu": BUSY}, 5, 3)
             scaler = SparkLocalScaler(workdir, ready_timeout_s=60)
             target = Target(JOB, PrometheusSource(JOB, queries, url, step_s=1), scaler, WallClock(), cfg)
@@ -75,7 +75,7 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
                 messages = []
                 if n in (3, 7):
                     messages = [ControlMessage(f"op-{n}", JOB, "scale", time.time(),
-                                               {"parallelism": 2 if n == 3 else 1, "operator": "test"})]
+                                               {"scaleout": 2 if n == 3 else 1, "operator": "test"})]
                 loops.append(iterate(target, knowledge, PLAIN, messages))
             (workdir / "stop").write_text("")
             job.wait(timeout=180)
@@ -92,7 +92,7 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
 
     executed = [(it.action.current, it.action.target) for it in loops if it.action and it.action.state == "executed"]
     assert executed == [(1, 2), (2, 1)]
-    assert [it.observation.parallelism for it in loops][4:7] == [2, 2, 2]
+    assert [it.observation.scaleout for it in loops][4:7] == [2, 2, 2]
 
     rows = []
     for i, it in enumerate(loops):

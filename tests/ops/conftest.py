@@ -16,7 +16,7 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def write_jobs(path: Path, jobs: list[dict], defaults: dict | None = None) -> Path:
-    base = {"engine": "sim", "scale_target": {"kind": "sim", "name": "sim"}, "parallelism": {"min": 2, "max": 10}}
+    base = {"engine": "sim", "scale_target": {"kind": "sim", "name": "sim"}, "scaleout": {"min": 2, "max": 10}}
     path.write_text(yaml.safe_dump({"defaults": {**base, **(defaults or {})}, "jobs": jobs}, sort_keys=False))
     return path
 

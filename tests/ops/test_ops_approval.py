@@ -34,7 +34,7 @@ from tests.ops.conftest import T0, with_proposal
 
 
 def _request(**over) -> ApprovalRequest:
-    base = dict(job="ads", proposal="ads-1767225600", current=4, proposed=6, min_parallelism=2, max_parallelism=10,
+    base = dict(job="ads", proposal="ads-1767225600", current=4, proposed=6, min_scaleout=2, max_scaleout=10,
                 capacities=[100_000.0 * i for i in range(1, 11)], observed=[i == 4 for i in range(1, 11)],
                 recovery_times=[None, None, 900.0, 300.0, 200.0, 150.0, 120.0, 110.0, 100.0, 95.0],
                 avg_workload=380_000.0, lag=12_000.0, forecast_peak=530_000.0, forecast_method="arima",
@@ -58,18 +58,18 @@ def test_the_approval_page_shows_the_reasoning():
 
 def test_the_answer_form_carries_the_jobs_limits():
     schema = answer_model(_request()).model_json_schema()
-    p = schema["properties"]["parallelism"]
+    p = schema["properties"]["scaleout"]
     assert (p["minimum"], p["maximum"], p["default"]) == (2, 10, 6)
     assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
     form = answer_model(_request())
-    assert form(decision="approve", parallelism=10).parallelism == 10
+    assert form(decision="approve", scaleout=10).scaleout == 10
     with pytest.raises(ValueError, match="less than or equal to 10"):
-        form(decision="approve", parallelism=11)
+        form(decision="approve", scaleout=11)
 
 
 def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
-    with pytest.raises(Refused, match=r"parallelism 11 is outside the job's limits \[2, 10\].*max 10"):
+    with pytest.raises(Refused, match=r"scaleout 11 is outside the job's limits \[2, 10\].*max 10"):
         post_answer(ads, k.pending.id, "approve", 11, "ops", "", store_url)
     assert Inbox(store_url).pending("ads") == []
 
@@ -85,7 +85,7 @@ def test_answered_proposals_are_refused(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
     pid = k.pending.id
     result = post_answer(ads, pid, "approve", 8, "alice", "", store_url)
-    assert result["parallelism"] == 8
+    assert result["scaleout"] == 8
     # The answer waits in the inbox: a second one is refused.
     with pytest.raises(Refused, match=r"already answered \(approve by alice\)"):
         post_answer(ads, pid, "reject", None, "bob", "no", store_url)
@@ -110,7 +110,7 @@ def test_reject_posts_the_reason(ads, store_url):
     assert k.pending is None and k.entry(msg.body["proposal"]).state == "rejected"
 
 
-def test_check_answer_defaults_to_the_proposed_parallelism(ads, store_url):
+def test_check_answer_defaults_to_the_proposed_scaleout(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time(), target=7)
     assert check_answer(ads, k.pending.id, "approve", None, store_url) == 7
 
@@ -123,7 +123,7 @@ def test_manual_scale_refusals_name_the_limits(ads, store_url):
     assert Inbox(store_url).pending("ads") == []
     post_manual_scale(ads, 5, "load test at noon", "ops", store_url)
     (_, msg), = Inbox(store_url).pending("ads")
-    assert (msg.kind, msg.body["parallelism"], msg.body["reason"]) == ("scale", 5, "load test at noon")
+    assert (msg.kind, msg.body["scaleout"], msg.body["reason"]) == ("scale", 5, "load test at noon")
 
 
 def test_kill_switch_and_blackout(ads, store_url):
@@ -162,7 +162,7 @@ def test_a_stopped_loop_decides_and_reports_but_never_acts():
     sim.advance(60)
     from daedalus.models.control import ControlMessage
 
-    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"parallelism": 8, "reason": "r", "operator": "o"})
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o"})
     it = iterate(target, knowledge, PLAIN, [manual], stop="blackout window 09:00–17:00 UTC")
     assert it.action.state == "executed" and sim.scaleout == 8
 
@@ -179,5 +179,5 @@ def test_approve_mode_proposes_once_and_holds_while_pending():
     assert second.decision.kind == "hold" and second.action is None
     assert any("awaits an operator" in r for r in second.decision.reasons)
     assert sim.scaleout == 12
-    assert math.isclose(knowledge.pending.expires - knowledge.pending.created, target.config.proposal_ttl_s)
+    assert math.isclose(knowledge.pending.expires - knowledge.pending.created, target.config.approval_timeout)
     assert np.isfinite(first.analysis.forecast.peak)

@@ -44,13 +44,13 @@ def test_jobs_check_names_file_job_and_field_of_every_error(tmp_path):
     bad.write_text(yaml.safe_dump({"jobs": [
         {"name": "a", "engine": "sim", "scale_target": {"kind": "sim", "name": "a"}, "replicas": 3},
         {"name": "b", "engine": "flink", "scale_target": {"kind": "Deployment", "name": "tm"},
-         "parallelism": {"min": 4, "max": 2}},
+         "scaleout": {"min": 4, "max": 2}},
     ]}))
     result = run("jobs", "check", str(bad))
     assert result.exit_code == 1
     text = " ".join(result.output.split())
     assert f"{bad}: job 'a' (jobs[0]), field replicas: Extra inputs are not permitted" in text
-    assert f"{bad}: job 'b' (jobs[1]), field parallelism" in text and "max (2) must be ≥ min (4)" in text
+    assert f"{bad}: job 'b' (jobs[1]), field scaleout" in text and "max (2) must be ≥ min (4)" in text
 
 
 def test_deploying_a_job_missing_from_the_file_is_refused(jobs_file):
@@ -93,14 +93,14 @@ def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
     pid = k.pending.id
     no_file = run("approve", pid, "--store", store_url)
     assert no_file.exit_code == 1 and "give --jobs FILE" in no_file.output
-    too_big = run("approve", pid, "--parallelism", "12", "--jobs", str(jobs_file), "--store", store_url)
+    too_big = run("approve", pid, "--scaleout", "12", "--jobs", str(jobs_file), "--store", store_url)
     assert too_big.exit_code == 1 and "outside the job's limits [2, 10]" in too_big.output
-    ok = run("approve", pid, "--parallelism", "9", "--jobs", str(jobs_file), "--store", store_url)
+    ok = run("approve", pid, "--scaleout", "9", "--jobs", str(jobs_file), "--store", store_url)
     assert ok.exit_code == 0, ok.output
     again = run("reject", pid, "--jobs", str(jobs_file), "--store", store_url)
     assert again.exit_code == 1 and "already answered" in again.output
     (_, msg), = Inbox(store_url).pending("ads")
-    assert (msg.kind, msg.body["parallelism"]) == ("approve", 9)
+    assert (msg.kind, msg.body["scaleout"]) == ("approve", 9)
 
 
 def test_an_expired_proposal_cannot_be_approved(jobs_file, store_url):

@@ -1,6 +1,6 @@
 """End to end on a real Prefect server (SQLite, loopback port) and a real process worker (`daedalus worker`):
 two simulated jobs in approve mode are deployed from a jobs file, their one-minute schedules run them, one
-proposal is approved (with another parallelism) and one rejected through the REST endpoint the UI's resume
+proposal is approved (with another scaleout) and one rejected through the REST endpoint the UI's resume
 form calls, and the deployments, runs, artifacts and ledgers are checked. About three minutes on two cores."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Scenario:
     proposals: dict[str, str] = field(default_factory=dict)  # job → proposal id
     approval_runs: dict[str, str] = field(default_factory=dict)  # job → approve-scale flow run id
     refused: dict[str, Any] = field(default_factory=dict)  # the server's answer to an out-of-limits approval
-    manual_runs: dict[int, str] = field(default_factory=dict)  # parallelism → scale-job flow run id
+    manual_runs: dict[int, str] = field(default_factory=dict)  # scaleout → scale-job flow run id
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
         """A REST call, retried on 503 (SQLite busy) as Prefect's own client and the UI do."""
@@ -78,7 +78,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     jobs_file = write_jobs(root / "jobs.yaml", [
         {"name": "ads", "sim": {"seed": 1, "speedup": 20}},
         {"name": "clicks", "sim": {"seed": 2, "speedup": 20}},
-    ], defaults={"mode": "approve", "approval_timeout": "6h", "parallelism": {"min": 1, "max": 12}})
+    ], defaults={"mode": "approve", "approval_timeout": "6h", "scaleout": {"min": 1, "max": 12}})
     store = str(root / "store")
     server = start_server(root / "prefect")
     try:
@@ -115,18 +115,18 @@ def _answer(s: Scenario) -> None:
         s.approval_runs[job] = wait_for(f"a suspended approval run for {job}", lambda j=job: _suspended_approval(s, j),
                                         300, s.server)
     # What the UI's resume form sends. The server validates it against the form's schema: limits from the jobs file.
-    body = {"decision": "approve", "parallelism": 13, "operator": "alice", "reason": "capacity test"}
+    body = {"decision": "approve", "scaleout": 13, "operator": "alice", "reason": "capacity test"}
     s.refused = s.api("POST", f"/flow_runs/{s.approval_runs['ads']}/resume", json={"run_input": body})
     s.api("POST", f"/flow_runs/{s.approval_runs['ads']}/resume",
-          json={"run_input": {**body, "parallelism": APPROVED_AT}})
+          json={"run_input": {**body, "scaleout": APPROVED_AT}})
     s.api("POST", f"/flow_runs/{s.approval_runs['clicks']}/resume",
-          json={"run_input": {"decision": "reject", "parallelism": 11, "operator": "bob", "reason": "peak ahead"}})
+          json={"run_input": {"decision": "reject", "scaleout": 11, "operator": "bob", "reason": "peak ahead"}})
     # A manual action from the scale-job deployment (the UI's "Run" form), and one outside the limits.
     scale_job = next(d for d in s.api("POST", "/deployments/filter", json={"limit": 50}) if d["name"] == "scale-job")
-    for parallelism in (MANUAL_AT, 40):
+    for scaleout in (MANUAL_AT, 40):
         run = s.api("POST", f"/deployments/{scale_job['id']}/create_flow_run", json={"parameters": {
-            "job": "clicks", "parallelism": parallelism, "reason": "load test", "operator": "carol"}})
-        s.manual_runs[parallelism] = run["id"]
+            "job": "clicks", "scaleout": scaleout, "reason": "load test", "operator": "carol"}})
+        s.manual_runs[scaleout] = run["id"]
 
     def settled() -> bool:
         ads = KnowledgeStore(s.store).load("ads").knowledge
@@ -184,7 +184,7 @@ def test_the_schedules_ran_the_loops_and_the_approvals_completed(scenario):
 def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
     runs = {r["id"]: r for r in _runs(scenario, "scale-job")}
     refused = runs[scenario.manual_runs[40]]["state"]
-    assert refused["type"] == "FAILED" and "parallelism 40 is outside the job's limits [1, 12]" in refused["message"]
+    assert refused["type"] == "FAILED" and "scaleout 40 is outside the job's limits [1, 12]" in refused["message"]
     assert runs[scenario.manual_runs[MANUAL_AT]]["state"]["type"] == "COMPLETED"
     clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
     (entry,) = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
@@ -214,7 +214,7 @@ def _latest(scenario: Scenario, key: str) -> dict:
 
 def test_the_dashboards(scenario):
     approval = _latest(scenario, "approval-ads")["data"]
-    assert f"**Approved at parallelism {APPROVED_AT}** by alice: capacity test" in approval
+    assert f"**Approved at scaleout {APPROVED_AT}** by alice: capacity test" in approval
     assert "**Rejected** by bob: peak ahead" in _latest(scenario, "approval-clicks")["data"]
     decision = _latest(scenario, "decision-ads")
     assert decision["type"] == "markdown" and decision["data"].startswith("# ads: ")

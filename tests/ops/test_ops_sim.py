@@ -32,7 +32,7 @@ class Wall:
 
 def _spec(tmp_path: Path, **sim):
     path = write_jobs(tmp_path / "jobs.yaml", [{"name": "wc", "sim": {"speedup": 10, **sim}}],
-                      defaults={"parallelism": {"min": 1, "max": 12}})
+                      defaults={"scaleout": {"min": 1, "max": 12}})
     return load_jobs(path).job("wc")
 
 
@@ -113,7 +113,7 @@ def test_the_target_builder_uses_it_and_refuses_remote_stores(tmp_path):
     assert isinstance(target.metrics, PersistentSimulatedJob) and target.scaler is target.metrics
     assert target.clock.now() == target.metrics.now()
     obs = target.metrics.observe("wc", None, target.clock.now())
-    assert len(obs.timestamps) == WARM_S and obs.parallelism == 12
+    assert len(obs.timestamps) == WARM_S and obs.scaleout == 12
     assert local_root("file:///tmp/x") == Path("/tmp/x")
     with pytest.raises(ConfigurationError, match="local folder, not 's3://bucket/k'"):
         local_root("s3://bucket/k")

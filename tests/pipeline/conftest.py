@@ -44,7 +44,7 @@ def rows(job: str, seconds: int, workers: int = 2, workload: float | np.ndarray 
         "throughput": per_worker,
         "cpu": 0.1 + 0.5 * per_worker / max(per_worker.max(), 1.0),
         "lag": np.full(n, lag),
-        "parallelism": np.full(n, workers, dtype=np.int32),
+        "scaleout": np.full(n, workers, dtype=np.int32),
     }
 
 

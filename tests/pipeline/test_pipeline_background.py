@@ -58,7 +58,7 @@ def test_recovery_monitor_reports_the_simulators_recovery_time(prefect_harness, 
     rng = np.random.default_rng(7)
     workload = 150_000 * (1 + rng.normal(0, 0.02, 3600))
     sim = Simulator(workload, SimConfig(max_scaleout=6, throughput_noise=0.01), seed=3, initial_scaleout=2, job="rec")
-    cfg = LoopConfig(max_parallelism=6)
+    cfg = LoopConfig(max_scaleout=6)
     registered(sim, cfg)
     sim.advance(1800)
     rescale_time = sim.now
@@ -148,7 +148,7 @@ def test_the_loop_appends_to_the_lake_and_a_failing_append_never_breaks_it(prefe
     from daedalus.flows.mape_k import mape_k
 
     sim = Simulator(np.full(600, 50_000.0), SimConfig(max_scaleout=4), seed=0, initial_scaleout=2, job="lake-loop")
-    registered(sim, LoopConfig(max_parallelism=4, mode="dry-run"))
+    registered(sim, LoopConfig(max_scaleout=4, mode="dry-run"))
     sim.advance(120)
     lake = Lake(str(tmp_path / "lake"))
     mape_k(job="lake-loop", store_url=str(tmp_path / "store"), lake_url=lake.url)

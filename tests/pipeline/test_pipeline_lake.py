@@ -20,7 +20,7 @@ def _observation(n: int = 5) -> Observation:
                                    "worker-2": late},
                        cpu={"worker-0": np.full(n, 0.5), "worker-1": np.full(n, 0.5),
                             "worker-2": np.where(np.isnan(late), np.nan, 0.4)},
-                       lag=np.zeros(n), uptime_s=np.full(n, 100.0), parallelism=3)
+                       lag=np.zeros(n), uptime_s=np.full(n, 100.0), scaleout=3)
 
 
 def test_observation_rows_one_per_reporting_worker_and_second() -> None:

@@ -26,7 +26,7 @@ EXPECTED = {
     "negative-lag": {"lag_non_negative": 2},
     "duplicate": {"unique_rows": 1},
     "gap": {"no_gaps": 1},
-    "worker-missing": {"workers_match_parallelism": 1},
+    "worker-missing": {"workers_match_scaleout": 1},
     "overproducing": {"throughput_within_supply": 3},
     "foreign": {"schema": 100, "lag_not_null": 100},
     "corrupt": {"readable_files": 1},

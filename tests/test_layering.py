@@ -1,0 +1,109 @@
+"""The house rules, read from the code's own imports (function-level and type-only ones included).
+
+One installed namespace (`daedalus.*`); each room imports only the rooms below it; no circles between rooms;
+`models/` never imports Prefect, I/O libraries or the wall clock.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOMS = ("models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
+MAY_IMPORT = {  # ARCHITECTURE.md, "The house"
+    "models": set(),
+    "sim": {"models"},
+    "connectors": {"models", "sim"},
+    "tasks": {"models", "connectors"},
+    "flows": {"tasks", "models", "connectors"},
+    "deployments": {"models", "connectors", "flows"},
+    "runtime": {"models", "connectors", "tasks", "flows"},
+    "bench": {"models", "sim", "connectors", "tasks", "flows", "deployments", "runtime"},
+    "cli": {"models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench"},
+}
+# models/ is pure: numpy, pandas, pmdarima and friends, never Prefect, I/O or the wall clock.
+MODELS_FORBIDDEN = {"prefect", "fsspec", "requests", "httpx", "kubernetes", "pyspark", "prometheus_api_client",
+                    "prometheus_client", "great_expectations", "yaml", "socket", "subprocess", "urllib", "os"}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute import in the module, wherever it stands (functions, TYPE_CHECKING blocks)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def _modules() -> dict[str, list[Path]]:
+    return {room: sorted((ROOT / room).rglob("*.py")) for room in ROOMS}
+
+
+def test_every_room_is_a_package_of_the_one_namespace() -> None:
+    for room in ROOMS:
+        assert (ROOT / room / "__init__.py").is_file(), f"{room}/ has no __init__.py"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    for room in ROOMS:
+        assert f'"daedalus.{room}" = "{room}"' in pyproject, f"{room}/ is not installed as daedalus.{room}"
+
+
+def test_first_party_code_imports_only_the_namespace() -> None:
+    bare = []
+    for path in [*ROOT.joinpath("tests").rglob("*.py"), *(p for ps in _modules().values() for p in ps)]:
+        for line, name in _imports(path):
+            if name.split(".")[0] in ROOMS:
+                bare.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert not bare, "bare first-party imports (use daedalus.…):\n" + "\n".join(bare)
+
+
+def _room_edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for room, paths in _modules().items():
+        for path in paths:
+            for line, name in _imports(path):
+                parts = name.split(".")
+                if parts[0] == "daedalus" and len(parts) > 1 and parts[1] != room:
+                    edges[(room, parts[1])].append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return edges
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
+    wrong = [where for (src, dst), wheres in _room_edges().items() if src == room and dst not in MAY_IMPORT[room]
+             for where in wheres]
+    assert not wrong, f"{room}/ may import {sorted(MAY_IMPORT[room]) or 'no other room'}:\n" + "\n".join(wrong)
+
+
+def test_no_circles_between_rooms() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for src, dst in _room_edges():
+        graph[src].add(dst)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph[start])
+
+    circles = [room for room in ROOMS if reaches(room, room, {room})]
+    assert not circles, f"rooms in a circle: {circles}"
+
+
+def test_models_stay_pure() -> None:
+    impure = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in _modules()["models"]
+              for line, name in _imports(path) if name.split(".")[0] in MODELS_FORBIDDEN]
+    assert not impure, "models/ is Prefect-free and does no I/O:\n" + "\n".join(impure)
+
+
+def test_the_rules_can_fail() -> None:
+    """The checks above read real imports: a module that breaks a rule is caught."""
+    bad = ROOT / "models" / "_layering_probe.py"
+    bad.write_text("def f():\n    from daedalus.flows import mape_k\n    import prefect\n")
+    try:
+        assert ("models", "flows") in _room_edges()
+        assert any(n == "prefect" for _, n in _imports(bad))
+    finally:
+        bad.unlink()
