@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
+from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
 from daedalus.models.text import utc
@@ -34,7 +34,7 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     key = artifact_key("approval", request.job)
     ctx = FlowRunContext.get()
     resuming = bool(ctx and ctx.flow_run and ctx.flow_run.empirical_policy.resuming)
-    timeout = math.ceil(request.deadline - time.time())
+    timeout = math.ceil(request.deadline - WALL.now())
     if timeout <= 0 and not resuming:
         outcome = f"Expired before an operator could answer (deadline {utc(request.deadline)}): nothing was done."
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),

@@ -8,12 +8,12 @@ to the job's inbox; the loop applies it, so they never block or race the loop.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
+from daedalus.connectors.clock import WALL
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
@@ -96,7 +96,7 @@ def retrain_forecaster(
         logger.info("%s: a retrained forecaster is already waiting for the loop; nothing to do", job)
         return {"job": job, "status": "already-pending"}
     current = retrain_tasks.current_model(KnowledgeStore(store_url), job)
-    now = (time.time() if lake_url else resolve(job, store_url, jobs_file)[0].clock.now()) if now is None else now
+    now = (WALL.now() if lake_url else resolve(job, store_url, jobs_file)[0].clock.now()) if now is None else now
     ts, workload = _history(job, store_url, lake_url, jobs_file, now - history_s, now)
     step_s = float(current["config"]["step_s"]) if current else 30.0
     ends, means = retrain_tasks.step_means(ts, workload, step_s)

@@ -66,16 +66,22 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
     knowledge, _ = load_knowledge(store, target)
     waiting = inbox.pending(job)
     stop = stop_reason(store_url, spec, target.clock.now())
-    it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop)
+    it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop, journal=store.save)
     if lake_url:
         record_history(lake_url, it.observation)  # logs a failure, never raises
     version = store.save(knowledge)  # a failed save fails the run: the next one starts from the last version
     inbox.ack([path for path, _ in waiting])
+    logger = get_run_logger()
     for note in it.notes:
-        get_run_logger().info("%s: %s", job, note)
-    publish_dashboards(it, knowledge, store_url, target.config.mode, stop, version)
+        logger.info("%s: %s", job, note)
+    emit_loop_events(job, it, knowledge, store_url, jobs_file)
+    # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
+    try:
+        publish_dashboards(it, knowledge, store_url, target.config.mode, stop, version)
+    except Exception as exc:
+        logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
+                     type(exc).__name__, exc)
     if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
         request_approval(it, knowledge, spec, store_url, jobs_file)
-    emit_loop_events(job, it, knowledge, store_url, jobs_file)
-    get_run_logger().info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
+    logger.info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

@@ -6,7 +6,6 @@ the others (prefect.yaml, `daedalus deploy`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.schedules import Interval, Schedule
 
+from daedalus.connectors.clock import WALL
 from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
 from daedalus.connectors.spark import SparkSettings
 from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
@@ -58,7 +58,7 @@ def validate_metrics(
     spark_master: str | None = None,
 ) -> dict[str, Any]:
     """Validate the window (until − window_s, until]; `until` defaults to now. No store: report only."""
-    until = time.time() if until is None else until
+    until = WALL.now() if until is None else until
     settings = SuiteSettings(max_gap_steps=max_gap_steps, throughput_tolerance=throughput_tolerance)
     report = validate_tasks.validate_window(lake_url, until - window_s, until, settings,
                                             SparkSettings.from_env(spark_master), jobs)
@@ -84,7 +84,7 @@ def retrain_forecasters(
     jobs: list[str] | None = None,
     spark_master: str | None = None,
 ) -> dict[str, Any]:
-    until = time.time() if until is None else until
+    until = WALL.now() if until is None else until
     outcomes = retrain_tasks.retrain_fleet_task(lake_url, store_url, until, history_s, holdout_s, jobs,
                                                 SparkSettings.from_env(spark_master))
     posted = retrain_tasks.promote_task(store_url, outcomes) if store_url else []

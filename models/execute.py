@@ -1,6 +1,13 @@
-"""Execute: apply a decision through the job's scaler, exactly once, and record it in the ledger."""
+"""Execute: apply a decision through the job's scaler, exactly once, and record it in the ledger.
+
+Exactly once across process deaths: before the target is touched, the intent (ledger state `executing`, and
+the grace period counting from it) is written durably through the `journal` port; a run that dies after the
+patch leaves that intent, and the next run reconciles it (`reconcile`) instead of deciding and patching again.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from daedalus.models.anomaly import RecoveryTracker
 from daedalus.models.config import LoopConfig
@@ -18,19 +25,39 @@ def _entry(decision: Decision) -> LedgerEntry:
     )
 
 
+Journal = Callable[[Knowledge], object]  # writes the knowledge durably (a new stored version)
+
+
+def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
+    """What an executed rescale leaves in the knowledge: the grace period, and a recovery to follow."""
+    knowledge.last_action = knowledge.last_rescale = at
+    knowledge.watch = RecoveryWatch(
+        decision_id=entry.id, rescale_time=at, scaled_out=entry.target > entry.current,
+        predicted_recovery_s=entry.predicted_recovery_s, tracker=RecoveryTracker(at, knowledge.anomaly),
+    )
+
+
 def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, *, dry_run: bool = False,
-          note: str = "") -> ScalingAction:
-    """Scale now (or validate, with dry_run); idempotent on the decision id."""
+          note: str = "", journal: Journal | None = None) -> ScalingAction:
+    """Scale now (or validate, with dry_run); idempotent on the decision id, write-ahead through `journal`."""
     entry = knowledge.entry(decision.id)
-    if entry is not None and entry.state in ("executed", "dry-run"):
+    if entry is not None and entry.state in ("executed", "dry-run", "executing", "abandoned"):
         return ScalingAction(decision.id, now, decision.current, decision.target, entry.state,
                              "already applied: not applying twice")
     if entry is None:
         entry = _entry(decision)
         knowledge.record(entry)
+    previous_action = knowledge.last_action
+    if not dry_run:
+        entry.state = "executing"
+        entry.history.append((now, f"intent: {decision.current} → {decision.target}"))
+        knowledge.last_action = now  # a run that dies from here on still leaves the grace period
+        if journal is not None:
+            journal(knowledge)  # durable before the target is touched
     try:
         message = scaler.scale(knowledge.job, decision.target, decision.id, dry_run=dry_run)
     except ConnectorError as exc:
+        knowledge.last_action = previous_action  # refused: nothing changed, the loop may try again
         entry.state, entry.message = "failed", str(exc)
         entry.history.append((now, f"failed: {exc}"))
         return ScalingAction(decision.id, now, decision.current, decision.target, "failed", str(exc))
@@ -38,12 +65,32 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
     entry.message = f"{note}{message}"
     entry.history.append((now, entry.state))
     if not dry_run:
-        knowledge.last_action = knowledge.last_rescale = now
-        knowledge.watch = RecoveryWatch(
-            decision_id=decision.id, rescale_time=now, scaled_out=decision.target > decision.current,
-            predicted_recovery_s=decision.predicted_recovery_s, tracker=RecoveryTracker(now, knowledge.anomaly),
-        )
+        _rescaled(knowledge, entry, now)
     return ScalingAction(decision.id, now, decision.current, decision.target, entry.state, entry.message)
+
+
+def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str]:
+    """Settle every intent a dead run left unfinished, from the scale-out the target reports now.
+
+    Reached → `executed` (the rescale happened; its grace period and recovery count from the intent);
+    not reached → `abandoned` (never redone blindly: the loop decides afresh, but not within the grace period
+    of the intent, since the target may still be moving). Unknown (the target unreadable) → left for later.
+    """
+    notes = []
+    for entry in knowledge.ledger:
+        if entry.state != "executing" or current is None:
+            continue
+        if current == entry.target:
+            entry.state = "executed"
+            entry.history.append((now, f"reconciled: the target is at {current}, the run that applied it died"))
+            _rescaled(knowledge, entry, entry.time)
+        else:
+            entry.state = "abandoned"
+            entry.history.append((now, f"abandoned: the run died; the target is at {current}, not {entry.target}"))
+            knowledge.last_action = max(knowledge.last_action or entry.time, entry.time)
+        notes.append(f"unfinished action {entry.id} ({entry.current} → {entry.target}) {entry.state}: "
+                     f"the target reports {current}")
+    return notes
 
 
 def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float) -> ScalingAction:
@@ -60,7 +107,8 @@ def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float) 
 
 
 def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float,
-            operator: bool = False, stop: str | None = None) -> ScalingAction | None:
+            operator: bool = False, stop: str | None = None, journal: Journal | None = None
+            ) -> ScalingAction | None:
     """Act on the decision per the job's mode; an operator's own action (approved, manual) always acts.
 
     `stop` (kill switch for all jobs, blackout window): decide and report, never act; the ledger says why.
@@ -68,9 +116,9 @@ def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: S
     if not decision.changes:
         return None
     if operator:
-        return apply(decision, knowledge, scaler, now)
+        return apply(decision, knowledge, scaler, now, journal=journal)
     if stop is not None:
         return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ")
     if cfg.mode == "approve":
         return propose(decision, knowledge, now, cfg.approval_timeout)
-    return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run")
+    return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run", journal=journal)

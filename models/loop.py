@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from daedalus.models import planner
 from daedalus.models.config import LoopConfig
 from daedalus.models.control import ControlMessage, apply_messages
 from daedalus.models.errors import ConnectorError
-from daedalus.models.execute import execute
+from daedalus.models.execute import Journal, execute, reconcile
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import MetricsSource, Target
 from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
@@ -88,6 +88,16 @@ def observe_or_hold(job: str, source: MetricsSource, since: float | None, until:
         return unavailable(job, scaleout, f"metrics unavailable: {exc}")
 
 
+def agree(obs: Observation, reported: int | None) -> Observation:
+    """Hold while the scale target and the metrics disagree on the scale-out (a rescale in progress, a failing
+    pod): acting on either number could undo a rescale or bypass the scale-in stabilisation."""
+    if reported is None or obs.timestamps.size == 0 or obs.scaleout == reported:
+        return obs
+    reason = (f"the scale target reports {reported} but the metrics show {obs.scaleout} workers "
+              "(a rescale in progress or a failing pod): holding until they agree")
+    return replace(obs, holds=(*obs.holds, reason))
+
+
 def expire_proposal(knowledge: Knowledge, now: float) -> None:
     """An unanswered proposal expires: nothing happens, and the loop may propose again."""
     p = knowledge.pending
@@ -100,21 +110,25 @@ def expire_proposal(knowledge: Knowledge, now: float) -> None:
 
 
 def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
-            messages: list[ControlMessage] | None = None, stop: str | None = None) -> Iteration:
-    """Apply the inbox, then monitor → analyze → plan → execute, once.
+            messages: list[ControlMessage] | None = None, stop: str | None = None,
+            journal: Journal | None = None) -> Iteration:
+    """Settle what a dead run left, apply the inbox, then monitor → analyze → plan → execute, once.
 
     An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
     the plan is still made and reported. `stop` (kill switch for all jobs, blackout window) makes the plan's
-    own action a dry run that names it; an operator's action still applies.
+    own action a dry run that names it; an operator's action still applies. `journal` writes the knowledge
+    durably before any action touches the target (write-ahead).
     """
     cfg, job = target.config, target.job
     now = target.clock.now()
     try:
-        scaleout = target.scaler.current(job)
+        reported: int | None = target.scaler.current(job)
     except ConnectorError:
-        scaleout = 1
-    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, scaleout,
+        reported = None
+    obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, reported or 1,
                           call=phases.monitor)
+    obs = agree(obs, reported)
+    settled = reconcile(knowledge, reported, now)
     expire_proposal(knowledge, now)
     applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now)
     started = time.perf_counter()
@@ -123,7 +137,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     loop_ms = 1000 * (time.perf_counter() - started)
     operator = applied.decision
     if operator is not None and operator.changes:
-        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True)
+        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True, journal=journal)
     else:
-        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop)
-    return Iteration(obs, a, d, action, loop_ms, tuple(applied.notes))
+        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop, journal=journal)
+    return Iteration(obs, a, d, action, loop_ms, (*settled, *applied.notes))

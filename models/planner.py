@@ -53,6 +53,9 @@ def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tu
                 f"exceeds the average workload {a.avg_workload:,.0f}/s and the next loop's forecast peak "
                 f"{f_next:,.0f}/s: keep {cur}",
             )
+    if a.avg_workload <= 0 and f_all <= 0 and a.lag <= 0:
+        return cfg.min_scaleout, ("idle: no workload, no forecast workload and no backlog: "
+                                  f"the minimum scale-out {cfg.min_scaleout} suffices",)
     skipped: list[str] = []
     for i in range(cfg.min_scaleout, cfg.max_scaleout + 1):
         c = a.capacity(i)
@@ -103,6 +106,9 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         return hold(*a.holds)
     if ctx.pending_proposal is not None:
         return hold(f"proposal {ctx.pending_proposal} awaits an operator: not stacking another")
+    if not any(math.isfinite(c) and c > 0 for c in a.capacities) and a.avg_workload > 0:
+        return hold(f"no capacity learned yet (every estimate is 0 against a workload of {a.avg_workload:,.0f}/s): "
+                    "nothing to size the job by")
     since_rescale = None if ctx.last_rescale is None else now - ctx.last_rescale
     target, reasons = algorithm_1(cfg, a, since_rescale)
     notes = list(reasons)
@@ -130,5 +136,10 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
                     f"(< {cfg.grace_s:.0f} s), not acting on {cur} → {target}")
     return Decision(
         id=did, time=now, kind="scale-out" if target > cur else "scale-in", current=cur, target=target,
-        reasons=tuple(notes), predicted_recovery_s=a.recovery_time(target),
+        reasons=tuple(notes), predicted_recovery_s=_finite(a.recovery_time(target)),
     )
+
+
+def _finite(seconds: float) -> float | None:
+    """A recovery time for the ledger, events and reports; None when none is predictable within the horizon."""
+    return seconds if math.isfinite(seconds) else None

@@ -13,7 +13,10 @@ from typing import Literal
 import numpy as np
 
 DecisionKind = Literal["hold", "no-change", "scale-out", "scale-in"]
-ActionState = Literal["proposed", "approved", "rejected", "expired", "executed", "dry-run", "failed"]
+# "executing": the intent is recorded durably and the target is being changed (write-ahead); the next run
+# reconciles an intent its run did not finish: "executed" when the target reached it, else "abandoned".
+ActionState = Literal["proposed", "approved", "rejected", "expired", "executing", "executed", "abandoned",
+                      "dry-run", "failed", "superseded"]
 
 
 @dataclass(frozen=True, eq=False)

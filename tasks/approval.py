@@ -12,13 +12,13 @@ flows/approval.py; the kill switch and blackout windows in connectors/switches.p
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from prefect import get_run_logger
 from prefect.input import RunInput
 from pydantic import BaseModel, Field, create_model
 
+from daedalus.connectors.clock import WALL
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import KnowledgeStore
@@ -140,14 +140,14 @@ def answer_model(r: ApprovalRequest) -> type[RunInput]:
 def job_now(spec: JobSpec, store_url: str) -> float:
     """The job's clock, read without changing anything (a simulated job's clock runs at its speedup)."""
     if spec.engine != "sim":
-        return time.time()
+        return WALL.now()
     from daedalus.connectors.sim_persistent import peek_now
     from daedalus.models.errors import ConnectorError
 
     try:
         return peek_now(spec, store_url)
     except ConnectorError:  # not simulated yet: its clock starts at the wall clock
-        return time.time()
+        return WALL.now()
 
 
 def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str) -> int | None:
@@ -196,7 +196,7 @@ def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_u
     from prefect.exceptions import ObjectNotFound
 
     logger = get_run_logger()
-    request = approval_request(it, knowledge, spec, time.time())
+    request = approval_request(it, knowledge, spec, WALL.now())
     try:
         run = run_deployment(APPROVE_DEPLOYMENT, parameters={"request": request.model_dump(), "store_url": store_url,
                                                              "jobs_file": jobs_file},

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import io
 import math
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
+from daedalus.connectors.clock import WALL
 from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
 from daedalus.models.forecast import wape
 from daedalus.models.text import utc
@@ -236,7 +236,7 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
     news = knowledge.loops % PLOT_EVERY == 1 or it.action is not None
     publish(job, it.analysis, it.decision, it.action, version, news)
     previous = read_status(store_url, job) or {}
-    record = status_record(it, knowledge, mode, stop, time.time())
+    record = status_record(it, knowledge, mode, stop, WALL.now())
     history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
     write_json(store_url, job, FORECASTS, history)
     write_json(store_url, job, STATUS, record)

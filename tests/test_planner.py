@@ -165,3 +165,26 @@ def test_invariants(caps, rec, cur, avg, fc, lag, lo, since_action, step):
             assert step is None or abs(d.target - cur) <= step
     else:
         assert d.target == cur
+
+
+def test_an_idle_job_scales_in_to_the_minimum_and_says_so():
+    # Workload 0, throughput 0: every C_i is 0 and no "C_i > average workload" holds (0 > 0 is false). The paper's
+    # fall-through would pick the maximum; an idle job needs the minimum.
+    a = analysis([0.0] * 6, scaleout=4, avg=0.0, forecast=[0.0] * 900, recovery=[float("inf")] * 6)
+    d = plan(CFG, a, ctx(), NOW)
+    assert (d.kind, d.target) == ("scale-in", 1)
+    assert d.reasons[0].startswith("idle: no workload")
+
+
+def test_zero_capacity_under_load_holds_instead_of_jumping_to_the_maximum():
+    a = analysis([0.0] * 6, scaleout=2, avg=500.0, forecast=[500.0] * 900, recovery=[float("inf")] * 6)
+    d = plan(CFG, a, ctx(), NOW)
+    assert d.kind == "hold" and "no capacity learned yet" in d.reasons[0]
+
+
+def test_a_decision_never_carries_an_infinite_recovery_time():
+    # Nothing qualifies (the workload exceeds every capacity): the maximum, with no predictable recovery.
+    a = analysis(CAPS, scaleout=2, avg=900.0, forecast=[900.0] * 900, recovery=[float("inf")] * 6)
+    d = plan(CFG, a, ctx(), NOW)
+    assert (d.kind, d.target) == ("scale-out", 6)
+    assert d.predicted_recovery_s is None
