@@ -9,7 +9,7 @@ import numpy as np
 
 from daedalus.models.types import Observation
 
-CONSISTENCY_TOLERANCE = 0.05  # throughput may exceed workload + backlog by 5 % (scrape jitter)
+CONSISTENCY_TOLERANCE = 0.05  # throughput may exceed workload + backlog per second by 5 % (scrape jitter)
 
 
 def _bad(values: np.ndarray) -> bool:
@@ -62,13 +62,16 @@ def validate_observation(
     if steady[-1] and reporting != obs.scaleout:
         reasons.append(f"{reporting} of {obs.scaleout} workers reporting: a worker is missing")
     if not reasons:
+        # Like with like: over one step a job processes at most what arrived plus the backlog it started with,
+        # so its rate is at most the workload plus that backlog spread over the step (tuples/s, not tuples).
         backlog_before = np.concatenate([[obs.lag[0]], obs.lag[:-1]])
-        allowed = (obs.workload + backlog_before) * (1 + CONSISTENCY_TOLERANCE) + 1.0
+        allowed = (obs.workload + backlog_before / obs.step_s) * (1 + CONSISTENCY_TOLERANCE) + 1.0
         over = np.flatnonzero(total > allowed)
         if over.size:
             i = over[0]
             reasons.append(
-                f"throughput {total[i]:,.0f}/s above workload {obs.workload[i]:,.0f}/s plus backlog "
-                f"{backlog_before[i]:,.0f} at {ts[i]:.0f}: inconsistent metrics"
+                f"throughput {total[i]:,.0f}/s above workload {obs.workload[i]:,.0f}/s plus what the backlog of "
+                f"{backlog_before[i]:,.0f} tuples can add over a {obs.step_s:g} s step at {ts[i]:.0f}: "
+                "inconsistent metrics"
             )
     return tuple(reasons)

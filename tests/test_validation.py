@@ -69,3 +69,14 @@ def test_warmup_nan_is_tolerated_after_a_restart():
     uptime = obs.uptime_s.copy()
     uptime[:10] = 0.0  # restarting: not steady state
     assert check(replace(obs, uptime_s=uptime)) == ()
+
+
+def test_a_backlog_excuses_only_what_it_can_add_per_second_of_the_step():
+    # Issue 11 item 4: throughput 4× the workload with 20,000 tuples of lag passed when a rate was compared with
+    # a count. Over a 15 s step a backlog of 20,000 adds at most 1,333/s: 1,000 + 1,333 < 4,000 → inconsistent.
+    obs = observation(workload=1_000.0, lag=20_000.0)
+    obs = replace(obs, step_s=15.0, throughput={w: np.full(60, 2_000.0) for w in obs.throughput})
+    assert any("above workload" in r and "15 s step" in r for r in check(obs))
+    # Draining a real backlog is consistent: 1,000/s arriving plus 20,000 / 15 s = 2,333/s at most.
+    draining = replace(obs, throughput={w: np.full(60, 1_100.0) for w in obs.throughput})
+    assert check(draining) == ()
