@@ -67,8 +67,10 @@ def build_target(spec: JobSpec, store_url: str) -> Target:
     """The target a deployed `mape-k` run drives for this job."""
     source = metrics_source(spec, store_url)
     scale = source if spec.engine == "sim" else scaler(spec, store_url)
-    clock = source if spec.engine == "sim" else WallClock()
-    return Target(spec.name, metrics=source, scaler=scale, clock=clock, config=spec.loop_config())  # type: ignore[arg-type]
+    wall = WallClock()
+    clock = source if spec.engine == "sim" else wall
+    return Target(spec.name, metrics=source, scaler=scale, clock=clock, config=spec.loop_config(),  # type: ignore[arg-type]
+                  wall=wall)
 
 
 def resolve(job: str, store_url: str, jobs_file: str | None) -> tuple[Target, JobSpec | None]:

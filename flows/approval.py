@@ -7,6 +7,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed
 
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
@@ -23,10 +24,12 @@ from daedalus.tasks.approval import (
 )
 from daedalus.tasks.publish import artifact_key
 
+EXPIRY_MARGIN_S = 300  # the loop runs every minute; five of them to notice the expiry before the server does
+
 
 @flow(name="approve-scale", description="Wait for an operator to approve, reject or change a scale proposal.")
 def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_file: str = "jobs.yaml"
-                  ) -> dict[str, Any]:
+                  ) -> dict[str, Any] | Completed:
     from prefect.context import FlowRunContext
     from prefect.flow_runs import suspend_flow_run
 
@@ -34,17 +37,20 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     key = artifact_key("approval", request.job)
     ctx = FlowRunContext.get()
     resuming = bool(ctx and ctx.flow_run and ctx.flow_run.empirical_policy.resuming)
-    timeout = math.ceil(request.deadline - WALL.now())
+    timeout = math.ceil(request.expires - WALL.now())
     if timeout <= 0 and not resuming:
-        outcome = f"Expired before an operator could answer (deadline {utc(request.deadline)}): nothing was done."
+        outcome = f"Expired before an operator could answer ({utc(request.expires)}): nothing was done."
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),
                                  description=f"Proposal {request.proposal}: expired")
-        return {"proposal": request.proposal, "decision": "expired"}
+        return Completed(name="Expired", message=outcome)  # a normal outcome, not a failure
     form = answer_model(request).with_initial_data(description=approval_markdown(request))
     if not resuming:
         create_markdown_artifact(key=key, markdown=approval_markdown(request),
                                  description=f"Proposal {request.proposal}: awaiting an operator")
-    answer = suspend_flow_run(wait_for_input=form, timeout=max(timeout, 1), key=f"approval-{request.proposal}")
+    # The job's loop closes an unanswered run as Expired at `expires`; the server's own timeout, a little later,
+    # is only the backstop for a loop that stopped running.
+    answer = suspend_flow_run(wait_for_input=form, timeout=timeout + EXPIRY_MARGIN_S,
+                              key=f"approval-{request.proposal}")
     spec = load_jobs(jobs_file).job(request.job)
     try:
         result = post_answer(spec, request.proposal, answer.decision, answer.scaleout, answer.operator,

@@ -19,7 +19,7 @@ from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import Iteration, Phases, iterate
 from daedalus.models.ports import Target
 from daedalus.tasks.analyze import analyze
-from daedalus.tasks.approval import request_approval
+from daedalus.tasks.approval import close_approval_runs, request_approval
 from daedalus.tasks.dashboards import publish_dashboards
 from daedalus.tasks.execute import execute
 from daedalus.tasks.lake import record_history
@@ -83,5 +83,11 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
                      type(exc).__name__, exc)
     if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
         request_approval(it, knowledge, spec, store_url, jobs_file)
+    if it.closed and jobs_file is not None:
+        try:
+            close_approval_runs(it.closed)
+        except Exception as exc:  # the server's own timeout still ends them
+            logger.warning("%s: could not close the approval runs of %s (%s: %s)", job,
+                           ", ".join(p for p, _ in it.closed), type(exc).__name__, exc)
     logger.info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

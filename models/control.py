@@ -14,6 +14,7 @@ from typing import Any, Literal
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.text import utc
 from daedalus.models.types import Decision
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
@@ -47,6 +48,27 @@ class Applied:
 
     decision: Decision | None = None  # an approved or manual action to execute now
     notes: list[str] = field(default_factory=list)
+    closed: list[tuple[str, str]] = field(default_factory=list)  # (proposal, outcome) no operator will answer now
+
+
+def _supersede(k: Knowledge, out: Applied, by: str, now: float) -> None:
+    """A manual scale overtakes what an operator approved or has yet to answer: it is recorded, not left hanging."""
+    earlier = out.decision
+    if earlier is not None:
+        entry = k.entry(earlier.id)
+        if entry is not None and entry.state == "approved":
+            entry.state = "superseded"
+            entry.history.append((now, f"superseded by {by} before it was executed"))
+            out.notes.append(f"approved {earlier.id} superseded by {by}")
+    p = k.pending
+    if p is not None:
+        entry = k.entry(p.id)
+        if entry is not None:
+            entry.state = "superseded"
+            entry.history.append((now, f"superseded by {by} while awaiting an operator"))
+        k.pending = None
+        out.closed.append((p.id, "superseded"))
+        out.notes.append(f"proposal {p.id} superseded by {by}")
 
 
 def check_scaleout(cfg: LoopConfig, scaleout: int) -> str | None:
@@ -63,9 +85,11 @@ def _operator_decision(k: Knowledge, msg: ControlMessage, current: int, target: 
                     target=target, reasons=(reason,))
 
 
-def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig, current: int, now: float
-                   ) -> Applied:
+def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig, current: int, now: float,
+                   wall_now: float | None = None) -> Applied:
+    """Apply the inbox in order; `wall_now` (default `now`) judges approval timeouts, which are wall-clock."""
     out = Applied()
+    wall_now = now if wall_now is None else wall_now
     for msg in sorted(messages, key=lambda m: m.time):
         b, who = msg.body, msg.body.get("operator", "an operator")
         if msg.kind in ("approve", "reject"):
@@ -81,8 +105,8 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
                 continue
-            if now >= p.expires:
-                out.notes.append(f"approval of {p.id} ignored: it expired at {p.expires:.0f}")
+            if wall_now >= p.expires:
+                out.notes.append(f"approval of {p.id} ignored: it expired at {utc(p.expires)}")
                 continue
             target = int(b.get("scaleout") or p.target)
             refusal = check_scaleout(cfg, target)
@@ -102,6 +126,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if refusal:
                 out.notes.append(f"manual scale refused: {refusal}")
                 continue
+            _supersede(k, out, f"a manual scale to {target} by {who}", now)
             out.decision = _operator_decision(k, msg, current, target,
                                               f"manual action by {who}: {b.get('reason', 'no reason given')}")
             out.notes.append(f"manual scale by {who}: {current} → {target}")

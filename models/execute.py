@@ -14,6 +14,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge, Proposal, RecoveryWatch
 from daedalus.models.ports import Scaler
+from daedalus.models.text import utc
 from daedalus.models.types import Decision, LedgerEntry, ScalingAction
 
 
@@ -93,22 +94,23 @@ def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str
     return notes
 
 
-def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float) -> ScalingAction:
-    """Approve mode: park the decision as a proposal for an operator."""
+def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float, wall_now: float | None = None
+            ) -> ScalingAction:
+    """Approve mode: park the decision as a proposal for an operator, until `ttl_s` wall-clock seconds from now."""
     entry = knowledge.entry(decision.id) or _entry(decision)
     if knowledge.entry(decision.id) is None:
         knowledge.record(entry)
     entry.state = "proposed"
     entry.history.append((now, "proposed"))
-    knowledge.pending = Proposal(decision.id, now, now + ttl_s, decision.current, decision.target,
-                                 decision.reasons)
+    expires = (now if wall_now is None else wall_now) + ttl_s
+    knowledge.pending = Proposal(decision.id, now, expires, decision.current, decision.target, decision.reasons)
     return ScalingAction(decision.id, now, decision.current, decision.target, "proposed",
-                         f"awaiting approval until {now + ttl_s:.0f}")
+                         f"awaiting approval until {utc(expires)}")
 
 
 def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float,
-            operator: bool = False, stop: str | None = None, journal: Journal | None = None
-            ) -> ScalingAction | None:
+            operator: bool = False, stop: str | None = None, journal: Journal | None = None,
+            wall_now: float | None = None) -> ScalingAction | None:
     """Act on the decision per the job's mode; an operator's own action (approved, manual) always acts.
 
     `stop` (kill switch for all jobs, blackout window): decide and report, never act; the ledger says why.
@@ -120,5 +122,5 @@ def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: S
     if stop is not None:
         return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ")
     if cfg.mode == "approve":
-        return propose(decision, knowledge, now, cfg.approval_timeout)
+        return propose(decision, knowledge, now, cfg.approval_timeout, wall_now)
     return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run", journal=journal)

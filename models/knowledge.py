@@ -27,8 +27,8 @@ class Proposal:
     """A scale action waiting for an operator (approve mode)."""
 
     id: str
-    created: float
-    expires: float
+    created: float  # the job's clock
+    expires: float  # the wall clock: approval timeouts are durations people live by
     current: int
     target: int
     reasons: tuple[str, ...]

@@ -21,6 +21,7 @@ from daedalus.models.errors import ConnectorError
 from daedalus.models.execute import Journal, execute, reconcile
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import MetricsSource, Target
+from daedalus.models.text import utc
 from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
 
 
@@ -62,6 +63,7 @@ class Iteration:
     action: ScalingAction | None
     loop_ms: float  # analyze + plan, the loop's own cost
     notes: tuple[str, ...] = ()  # what the inbox changed
+    closed: tuple[tuple[str, str], ...] = ()  # proposals that expired or were superseded: (id, outcome)
 
     def summary(self) -> dict[str, Any]:
         d, a = self.decision, self.analysis
@@ -98,15 +100,18 @@ def agree(obs: Observation, reported: int | None) -> Observation:
     return replace(obs, holds=(*obs.holds, reason))
 
 
-def expire_proposal(knowledge: Knowledge, now: float) -> None:
-    """An unanswered proposal expires: nothing happens, and the loop may propose again."""
+def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | None:
+    """An unanswered proposal expires at its wall-clock deadline: nothing happens, and the loop may propose
+    again. Returns the id of the proposal that expired."""
     p = knowledge.pending
-    if p is not None and now >= p.expires:
-        entry = knowledge.entry(p.id)
-        if entry is not None:
-            entry.state = "expired"
-            entry.history.append((now, "expired unanswered"))
-        knowledge.pending = None
+    if p is None or wall_now < p.expires:
+        return None
+    entry = knowledge.entry(p.id)
+    if entry is not None:
+        entry.state = "expired"
+        entry.history.append((now, f"expired unanswered at {utc(p.expires)}: nothing was done"))
+    knowledge.pending = None
+    return p.id
 
 
 def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
@@ -120,7 +125,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     durably before any action touches the target (write-ahead).
     """
     cfg, job = target.config, target.job
-    now = target.clock.now()
+    now, wall_now = target.clock.now(), target.wall_now()
     try:
         reported: int | None = target.scaler.current(job)
     except ConnectorError:
@@ -129,8 +134,8 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
                           call=phases.monitor)
     obs = agree(obs, reported)
     settled = reconcile(knowledge, reported, now)
-    expire_proposal(knowledge, now)
-    applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now)
+    expired = expire_proposal(knowledge, now, wall_now)
+    applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now, wall_now)
     started = time.perf_counter()
     a = phases.analyze(cfg, obs, knowledge, now)
     d = phases.plan(cfg, a, knowledge, now)
@@ -139,5 +144,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     if operator is not None and operator.changes:
         action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True, journal=journal)
     else:
-        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop, journal=journal)
-    return Iteration(obs, a, d, action, loop_ms, (*settled, *applied.notes))
+        action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop, journal=journal,
+                                wall_now=wall_now)
+    closed = ((expired, "expired"),) if expired else ()
+    return Iteration(obs, a, d, action, loop_ms, (*settled, *applied.notes), (*closed, *applied.closed))

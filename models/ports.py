@@ -40,5 +40,9 @@ class Target:
     job: str
     metrics: MetricsSource
     scaler: Scaler
-    clock: Clock
+    clock: Clock  # the job's clock: a simulated job's runs faster than the wall
     config: LoopConfig = field(default_factory=LoopConfig)
+    wall: Clock | None = None  # what operators live by (approval timeouts); None: the job's clock is the wall
+
+    def wall_now(self) -> float:
+        return (self.wall or self.clock).now()

@@ -58,21 +58,11 @@ class ApprovalRequest(BaseModel):
     forecast_method: str
     predicted_recovery_s: float | None
     reasons: list[str]
-    created: float  # job clock
-    expires: float  # job clock
-    deadline: float  # wall clock: when the suspended run stops waiting
+    created: float  # the job's clock
+    expires: float  # the wall clock: when the proposal expires and the run stops waiting
 
 
-def clock_rate(spec: JobSpec) -> float:
-    """Job-clock seconds per wall-clock second (a simulated job may run faster than real time)."""
-    if spec.engine != "sim":
-        return 1.0
-    from daedalus.connectors.sim_persistent import settings
-
-    return settings(spec).speedup
-
-
-def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec, wall_now: float) -> ApprovalRequest:
+def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec) -> ApprovalRequest:
     a, d, p = it.analysis, it.decision, knowledge.pending
     assert p is not None, "an approval request needs a pending proposal"
     return ApprovalRequest(
@@ -82,7 +72,6 @@ def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec, wall_no
         recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
         avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
         predicted_recovery_s=d.predicted_recovery_s, reasons=list(p.reasons), created=p.created, expires=p.expires,
-        deadline=wall_now + max(0.0, p.expires - a.now) / clock_rate(spec),
     )
 
 
@@ -94,7 +83,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
         f"# {r.job}: {direction} {r.current} → {r.proposed}?",
         "",
         f"Proposal `{r.proposal}`: approve, reject, or approve with another scaleout within the job's limits "
-        f"[{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at {utc(r.deadline)} and nothing "
+        f"[{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at {utc(r.expires)} and nothing "
         "happens.",
         "",
         "| | now | proposed |",
@@ -170,9 +159,8 @@ def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | No
         if entry is None:
             raise Refused(f"job {job!r} has no proposal {proposal}")
         raise Refused(f"proposal {proposal} is no longer pending: it was {entry.state}")
-    now = job_now(spec, store_url)
-    if now >= k.pending.expires:
-        raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)} (job clock): nothing was done")
+    if WALL.now() >= k.pending.expires:
+        raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)}: nothing was done")
     return scaleout if scaleout is not None else k.pending.target
 
 
@@ -196,7 +184,7 @@ def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_u
     from prefect.exceptions import ObjectNotFound
 
     logger = get_run_logger()
-    request = approval_request(it, knowledge, spec, WALL.now())
+    request = approval_request(it, knowledge, spec)
     try:
         run = run_deployment(APPROVE_DEPLOYMENT, parameters={"request": request.model_dump(), "store_url": store_url,
                                                              "jobs_file": jobs_file},
@@ -214,8 +202,29 @@ def outcome_markdown(r: ApprovalRequest, outcome: str) -> str:
     return f"# {r.job}: proposal `{r.proposal}` ({r.current} → {r.proposed})\n\n{outcome}\n"
 
 
+OUTCOME_STATES = {"expired": "Expired", "superseded": "Superseded"}
 
 
+def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> None:
+    """Finish the waiting `approve-scale` run of each proposal that expired or was superseded, as a Completed run
+    named for its outcome: an unanswered proposal is a normal outcome, not a failure."""
+    if not closed:
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.states import Completed
+
+    logger = get_run_logger()
+    with get_client(sync_client=True) as client:
+        for proposal, outcome in closed:
+            tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[f"proposal:{proposal}"]))
+            for run in client.read_flow_runs(flow_run_filter=tagged):
+                if run.state is not None and run.state.is_final():
+                    continue
+                client.set_flow_run_state(run.id, Completed(name=OUTCOME_STATES[outcome],
+                                                            message=f"proposal {proposal} {outcome}: nothing was done"),
+                                          force=True)
+                logger.info("approval run %s of proposal %s closed: %s", run.id, proposal, outcome)
 
 
 def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str) -> str:

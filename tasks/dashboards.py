@@ -81,9 +81,12 @@ def _ledger_signature(knowledge: Knowledge) -> list[Any]:
 def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | None, wall: float) -> dict[str, Any]:
     d, a, p = it.decision, it.analysis, knowledge.pending
     acted = next((e for e in reversed(knowledge.ledger) if e.state not in ("decided",)), None)
+    # After an executed action (the plan's or an operator's) the job is at its target now, not where it was.
+    now_at = it.action.target if it.action is not None and it.action.state == "executed" else d.current
+    recommended = now_at if now_at != d.current else d.target
     return {
-        "job": knowledge.job, "time": d.time, "wall": wall, "mode": mode, "current": d.current,
-        "recommended": d.target, "kind": d.kind, "reasons": list(d.reasons),
+        "job": knowledge.job, "time": d.time, "wall": wall, "mode": mode, "current": now_at,
+        "recommended": recommended, "kind": d.kind, "reasons": list(d.reasons),
         "action": None if it.action is None else it.action.state,
         "last_action": None if acted is None else {"id": acted.id, "time": acted.time, "from": acted.current,
                                                   "to": acted.target, "state": acted.state},

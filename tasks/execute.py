@@ -14,6 +14,7 @@ from daedalus.models.types import Decision, ScalingAction
 
 @task(name="execute", cache_policy=NO_CACHE)
 def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float,
-            operator: bool = False, stop: str | None = None, journal: execution.Journal | None = None
-            ) -> ScalingAction | None:
-    return execution.execute(cfg, decision, knowledge, scaler, now, operator=operator, stop=stop, journal=journal)
+            operator: bool = False, stop: str | None = None, journal: execution.Journal | None = None,
+            wall_now: float | None = None) -> ScalingAction | None:
+    return execution.execute(cfg, decision, knowledge, scaler, now, operator=operator, stop=stop, journal=journal,
+                             wall_now=wall_now)

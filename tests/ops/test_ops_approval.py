@@ -39,7 +39,7 @@ def _request(**over) -> ApprovalRequest:
                 recovery_times=[None, None, 900.0, 300.0, 200.0, 150.0, 120.0, 110.0, 100.0, 95.0],
                 avg_workload=380_000.0, lag=12_000.0, forecast_peak=530_000.0, forecast_method="arima",
                 predicted_recovery_s=150.0, reasons=["C_4 = 400,000/s below the forecast peak 530,000/s"],
-                created=T0, expires=T0 + 600, deadline=T0 + 600)
+                created=T0, expires=T0 + 600)
     return ApprovalRequest(**{**base, **over})
 
 
@@ -140,8 +140,8 @@ def test_kill_switch_and_blackout(ads, store_url):
     assert clear_kill_switch(store_url) and stop_reason(store_url, ads, evening) is None
 
 
-def _sim_target(seed: int = 0) -> tuple[Target, Simulator]:
-    sim_config, cfg, workload = scenario(sine_workload(hours=1.0), 12, 0.9, seed)
+def _sim_target(seed: int = 0, hours: float = 1.0) -> tuple[Target, Simulator]:
+    sim_config, cfg, workload = scenario(sine_workload(hours=hours), 12, 0.9, seed)
     sim = Simulator(workload, sim_config, seed=seed, job="sim")
     job = SimulatedJob(sim)
     return Target("sim", metrics=job, scaler=job, clock=job, config=cfg), sim
@@ -181,3 +181,70 @@ def test_approve_mode_proposes_once_and_holds_while_pending():
     assert sim.scaleout == 12
     assert math.isclose(knowledge.pending.expires - knowledge.pending.created, target.config.approval_timeout)
     assert np.isfinite(first.analysis.forecast.peak)
+
+
+class _Wall:
+    """A wall clock the test moves by hand, beside a simulated job whose clock runs 20× faster."""
+
+    def __init__(self, now: float) -> None:
+        self.t = now
+
+    def now(self) -> float:
+        return self.t
+
+
+def _approve_target(wall: _Wall) -> tuple[Target, Simulator]:
+    target, sim = _sim_target(hours=3.0)
+    target.config = type(target.config)(**{**target.config.__dict__, "mode": "approve", "approval_timeout": 3600.0})
+    target.wall = wall
+    return target, sim
+
+
+def test_an_approval_timeout_is_wall_clock_time_whatever_the_jobs_speed():
+    # Issue 14 item 2: with speedup 20 a 1 h approval timeout expired after 3 wall minutes.
+    wall = _Wall(T0)
+    target, sim = _approve_target(wall)
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, knowledge, PLAIN)
+    assert first.action.state == "proposed" and knowledge.pending.expires == T0 + 3600
+    assert "awaiting approval until 2026-01-01 01:00:00 UTC" in first.action.message  # for people, not an epoch
+    for _ in range(10):  # 10 wall minutes, 100 simulated minutes: past the timeout on the job's clock
+        wall.t += 60
+        sim.advance(600)
+        it = iterate(target, knowledge, PLAIN)
+        assert knowledge.pending is not None and not it.closed
+    wall.t = T0 + 3600
+    sim.advance(60)
+    it = iterate(target, knowledge, PLAIN)
+    assert it.closed == ((first.decision.id, "expired"),)
+    assert knowledge.entry(first.decision.id).state == "expired"
+    assert "expired unanswered at 2026-01-01 01:00:00 UTC" in knowledge.entry(first.decision.id).history[-1][1]
+
+
+def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_executed():
+    from daedalus.models.control import ControlMessage
+
+    wall = _Wall(T0)
+    target, sim = _approve_target(wall)
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, knowledge, PLAIN)
+    pid = first.decision.id
+    sim.advance(60)
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o"})
+    it = iterate(target, knowledge, PLAIN, [manual])
+    assert it.closed == ((pid, "superseded"),) and knowledge.pending is None
+    assert knowledge.entry(pid).state == "superseded" and it.action.state == "executed" and sim.scaleout == 8
+
+    # An approval and a later manual scale in the same inbox: the approval never runs, and says why.
+    k2 = Knowledge.new("sim", target.config)
+    target2, sim2 = _approve_target(wall)
+    sim2.advance(600)
+    proposal = iterate(target2, k2, PLAIN).decision.id
+    sim2.advance(60)
+    approve = ControlMessage("approve-1", "sim", "approve", sim2.now - 1, {"proposal": proposal, "operator": "a"})
+    scale = ControlMessage("scale-2", "sim", "scale", sim2.now, {"scaleout": 9, "reason": "r", "operator": "b"})
+    it = iterate(target2, k2, PLAIN, [approve, scale])
+    assert k2.entry(proposal).state == "superseded" and sim2.scaleout == 9
+    assert any("superseded by a manual scale to 9 by b" in n for n in it.notes)

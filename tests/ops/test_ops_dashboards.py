@@ -97,3 +97,21 @@ def test_forecast_plot_and_status_from_real_iterations(tmp_path):
     assert rows[0]["current"] == record["current"] and rows[0]["health"] == "ok"
     assert rows[1]["health"] == "no loop has run yet" and rows[1]["mode"] == "approve"
     assert fleet_rows([("sim", "auto")], store, T0 + 600)[0]["health"] == "stale: no loop for 10 min"
+
+
+def test_status_right_after_an_operators_action_shows_the_new_scale_out():
+    # Issue 14 item 3: right after executing 6 → 10 the status still said "keep 6".
+    from daedalus.models.control import ControlMessage
+
+    target, sim = _sim_target()
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    iterate(target, k, PLAIN)
+    sim.advance(60)
+    before = sim.scaleout
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 10, "reason": "r", "operator": "o"})
+    it = iterate(target, k, PLAIN, [manual])
+    assert it.action.state == "executed" and sim.scaleout == 10 and it.decision.current == before
+    record = status_record(it, k, "auto", None, T0)
+    assert (record["current"], record["recommended"]) == (10, 10)
+    assert record["last_action"]["to"] == 10
