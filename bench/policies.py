@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from daedalus.models.errors import WorkloadError
+from daedalus.models.steps import step_means
 
 POLICIES = ("static", "hpa-80", "hpa-85", "ds2", "daedalus")
 PAPER = ("sine_60000_6h.csv", "sine_100000_6h.csv", "advertising_6h_400K_max.csv", "tm_6h_100K_max.csv")
@@ -134,21 +135,13 @@ def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization
         "seed": case.seed,
         "report": report,
         "series": {
-            "workload": _per_minute(h.workload),
-            "workers": _per_minute(h.scaleout),
-            "lower_bound": _per_minute(result.lower_bound[: h.scaleout.size]),
+            "workload": step_means(h.workload, 60, partial=True).tolist(),
+            "workers": step_means(h.scaleout, 60, partial=True).tolist(),
+            "lower_bound": step_means(result.lower_bound[: h.scaleout.size], 60, partial=True).tolist(),
             "capacity_at_max": float(result.true_capacities[-1]),
             "latency_quantiles": np.percentile(latency, CDF_QUANTILES).tolist() if latency.size else [],
         },
     }
-
-
-def _per_minute(values: np.ndarray) -> list[float]:
-    values = np.asarray(values, dtype=float)
-    minutes = math.ceil(values.size / 60)
-    padded = np.full(minutes * 60, np.nan)
-    padded[: values.size] = values
-    return np.nanmean(padded.reshape(minutes, 60), axis=1).tolist()
 
 
 def _limit_threads() -> None:

@@ -1,9 +1,11 @@
-"""`daedalus bench schedule`: can one local Prefect server and one process worker keep up with N jobs every minute?
+"""The Prefect side at fleet scale: `daedalus bench deploy` (how long deploying N jobs takes) and `daedalus bench
+schedule` (can one local Prefect server and one process worker keep up with N jobs every minute?).
 
-Starts a server (SQLite) and one worker, deploys N simulated jobs (real time, speedup 1), lets the schedules run
-them for the given minutes and measures, from the Prefect API: how late each run started (start time − scheduled
-time), how many runs came due, ran, were cancelled by the concurrency limit or are still waiting (the backlog,
-sampled every minute), how long loop runs took; and the CPU the server, the worker and the flow runs used.
+`bench schedule` starts a server (SQLite) and one worker, deploys N simulated jobs (real time, speedup 1), lets the
+schedules run them for the given minutes and measures, from the Prefect API: how late each run started (start
+time − scheduled time), how many runs came due, ran, were cancelled by the concurrency limit or are still waiting
+(the backlog, sampled every minute), how long loop runs took; and the CPU the server, the worker and the flow runs
+used.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,50 @@ TICK = os.sysconf("SC_CLK_TCK")
 WORKER_LIMIT = 30
 POLL_S = 3.0
 SETTLE_S = 120.0  # runs scheduled before the worker was warm are not counted
+
+OnProgress = Callable[[str, int, int | None], None]
+
+
+def bench_jobs_file(path: Path, n: int, speedup: float, mode: str = "auto") -> Path:
+    """A jobs file of `n` simulated jobs with different seeds."""
+    import yaml
+
+    doc = {"defaults": {"engine": "sim", "scale_target": {"kind": "sim", "name": "sim"}, "mode": mode,
+                        "sim": {"speedup": speedup}},
+           "jobs": [{"name": f"bench-{i:03d}", "sim": {"seed": i, "speedup": speedup}} for i in range(n)]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _deploy(phase: str, path: Path, root: Path, prefork: bool, background: bool, on_progress: OnProgress | None
+            ) -> tuple[dict[str, str], float]:
+    """Deploy the bench's jobs file to the pool `bench`, reporting progress as `phase`; (ids, seconds)."""
+    from daedalus.deployments.deploy import deploy_jobs
+    from daedalus.runtime.prefork import job_variables
+
+    def deployed(done: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress(phase, done, total)
+
+    ids, _, seconds = deploy_jobs(path, str(root / "store"), "bench", create_pool=True, lake_url=str(root / "lake"),
+                                  job_variables=job_variables() if prefork else None, background=background,
+                                  on_progress=deployed)
+    return ids, seconds
+
+
+def run_deploy_bench(jobs: int, console: Console, on_progress: OnProgress | None = None) -> dict[str, Any]:
+    """Deploy N simulated jobs to a fresh local Prefect server (SQLite), then again unchanged; both timed."""
+    with tempfile.TemporaryDirectory(prefix="daedalus-bench-") as tmp:
+        console.print("Starting a local Prefect server (SQLite) ...")
+        server = start_server(Path(tmp) / "prefect", many_deployments=True)
+        try:
+            os.environ.update({"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(server.home)})
+            path = bench_jobs_file(Path(tmp) / "jobs.yaml", jobs, 1.0)
+            ids, first = _deploy("deploying", path, Path(tmp), True, True, on_progress)
+            _, again = _deploy("deploying again", path, Path(tmp), True, True, on_progress)
+        finally:
+            server.stop()
+    return {"jobs": jobs, "deployments": len(ids), "first_deploy_s": first, "redeploy_s": again}
 
 
 def _cpu_s(pid: int) -> float:
@@ -154,9 +201,8 @@ def summarise(runs: list[Any], since: float, until: float) -> dict[str, Any]:
 
 def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | None, console: Console,
                        background: bool = True, postgres: bool = False, worker_limit: int = WORKER_LIMIT,
-                       poll_s: float = POLL_S) -> dict[str, Any]:
-    from daedalus.cli.ops import bench_jobs_file, deploy_jobs
-
+                       poll_s: float = POLL_S, on_progress: OnProgress | None = None) -> dict[str, Any]:
+    """Start a server and a worker, deploy `jobs` simulated jobs and let them run `minutes`; the figures."""
     tmp = None if keep else tempfile.TemporaryDirectory(prefix="daedalus-bench-")
     root = keep or Path(tmp.name)  # type: ignore[union-attr]
     root.mkdir(parents=True, exist_ok=True)
@@ -176,8 +222,7 @@ def run_schedule_bench(jobs: int, minutes: float, prefork: bool, keep: Path | No
                       f", then deploying {jobs} jobs ...")
         worker = server.start_worker("bench", prefork=prefork, limit=worker_limit or None,
                                      env={"PREFECT_WORKER_QUERY_SECONDS": f"{poll_s:g}"})
-        _, _, deploy_s = deploy_jobs(path, str(root / "store"), "bench", [], False, True, prefork, str(root / "lake"),
-                                     background)
+        _, deploy_s = _deploy("deploying", path, root, prefork, background, on_progress)
         console.print(f"Deployed in {deploy_s:.1f} s")
         start = time.time()
         db_pid = None if database is None else database.pid

@@ -1,4 +1,5 @@
-"""`daedalus bench policies | loop | forecast | capacity`: benchmarks that print figures and write them to files."""
+"""`daedalus bench …`: every benchmark's command. The measuring is in `daedalus.bench`; these only draw its
+progress and print (and write) its figures."""
 
 from __future__ import annotations
 
@@ -8,43 +9,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markdown import Markdown
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
+from daedalus.cli.common import console, fail, out, phases, progress
 from daedalus.models.errors import DaedalusError
 
-console = Console(stderr=True)
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday"]
 WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all), file names in ../shared/workloads or paths; "
                   "repeat the option or separate with commas")
 
 
-def _progress(unit: str) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
-
-
-def _advance(progress: Progress, bar: TaskID, what: str) -> None:
+def _advance(bars: Progress, bar: TaskID, what: str) -> None:
     """One more run done; without a terminal (CI logs), a line per run instead of a bar."""
-    progress.update(bar, advance=1, description=what)
+    bars.update(bar, advance=1, description=what)
     if not console.is_terminal:
-        task = next(t for t in progress.tasks if t.id == bar)
+        task = next(t for t in bars.tasks if t.id == bar)
         console.print(f"{task.completed:.0f}/{task.total:.0f} {what}")
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[red]{type(exc).__name__}:[/red] {exc}")
-    raise typer.Exit(1)
 
 
 def _split(items: list[str] | None, default: list[str]) -> list[str]:
@@ -84,106 +67,230 @@ def loop_overrides(target_recovery: float | None, scale_in_interval: float | Non
     return {k: v for k, v in given.items() if v is not None}
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this area's commands to the `bench` group."""
+def _figures(title: str, rows: list[tuple[str, str]]) -> Table:
+    """A two-column table of named figures, the shape every Prefect- and Spark-side benchmark prints."""
+    t = Table(title=title)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    for row in rows:
+        t.add_row(*row)
+    return t
 
-    @bench.command("policies")
-    def policies_cmd(
-        workloads: Annotated[list[str] | None, typer.Option(help=WORKLOADS_HELP)] = None,
-        seeds: Annotated[int, typer.Option(min=1, help="Seeds per policy and workload (0 … N−1)")] = 3,
-        out: Annotated[Path, typer.Option(help="Folder for policies.json, policies.md and the figures")] = Path(
-            "bench-output"),
-        jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
-        policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all)")] = None,
-        max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
-        peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
-        target_recovery: TargetRecovery = None,
-        scale_in_interval: ScaleInInterval = None,
-    ) -> None:
-        """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
-        from daedalus.bench.policies import POLICIES, resolve_workloads, run_benchmark
 
-        try:
-            chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
-            with _progress("runs") as progress:
-                bar = progress.add_task("policies × workloads × seeds", total=None)
-                summary = run_benchmark(
-                    chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
-                    processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
-                    loop_overrides=loop_overrides(target_recovery, scale_in_interval),
-                    on_start=lambda n: progress.update(bar, total=n),
-                    on_done=lambda r: _advance(progress, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
-                )
-        except (DaedalusError, ValueError) as exc:
-            _fail(exc)
-        console.print(_policies_table(summary))
-        console.print(f"Wrote {out / 'policies.json'}, {out / 'policies.md'} and {len(summary['figures'])} figures")
+def monitor(
+    hours: Annotated[float, typer.Option(min=0.1, max=2.5, help="Simulated history held by Prometheus")] = 1.0,
+    repeats: Annotated[int, typer.Option(min=1, max=1000)] = 30,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the figures as JSON")] = None,
+) -> None:
+    """Monitor-phase cost for one 12-worker Flink job against a local Prometheus (started here)."""
+    from daedalus.bench.monitor import run_monitor_bench
 
-    @bench.command("loop")
-    def loop_cmd(
-        jobs: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs stepped together in this process")] = 1,
-        json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
-        hours: Annotated[float, typer.Option(min=0.05, help="Measured simulated hours")] = 6.0,
-        warmup_hours: Annotated[float | None, typer.Option(
-            min=0.0, help="Warm-up of the template job before N jobs start (default: 0 for one job, 2 h else)")] = None,
-        seed: Annotated[int, typer.Option()] = 0,
-    ) -> None:
-        """The cost of one MAPE-K iteration per job, and how many jobs one process serves per minute."""
-        from daedalus.bench.loop import run_loop_bench
+    with progress() as bars:
+        figures = run_monitor_bench(hours, repeats, on_progress=phases(bars))
+    table = Table(title=f"monitor phase, one job, 12 workers, {hours:g} h of history in Prometheus")
+    for col in ("range queried", "steps", "median (ms)", "p95 (ms)"):
+        table.add_column(col, justify="left" if col == "range queried" else "right")
+    for c in figures["cases"]:
+        table.add_row(c["case"], str(c["steps"]), f"{c['median_ms']:.1f}", f"{c['p95_ms']:.1f}")
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps(figures, indent=2))
 
-        with _progress("simulated minutes") as progress:
-            bar = progress.add_task(f"{jobs} job(s)", total=None)
-            report = run_loop_bench(jobs, hours, warmup_hours, seed,
-                                    on_minute=lambda done, total: progress.update(bar, completed=done, total=total))
-        loop, it = report["loop_ms"], report["iteration_ms"]
-        console.print(
-            f"{report['jobs']} job(s), {report['hours']:g} h measured after {report['warmup_hours']:g} h warm-up, "
-            f"{report['iterations']:,} iterations in {report['wall_s']:.1f} s\n"
-            f"analyze + plan per iteration: median {loop['median']:.2f} ms, p95 {loop['p95']:.2f} ms, "
-            f"max {loop['max']:.0f} ms; first hour median {loop['first_hour_median']:.2f} ms, "
-            f"last hour median {loop['last_hour_median']:.2f} ms\n"
-            f"whole iteration: mean {it['mean']:.2f} ms → {report['jobs_per_minute']:,.0f} jobs per minute "
-            f"in one process; simulator {report['simulator_s']:.1f} s apart; peak memory {report['max_rss_mb']:.0f} MB"
-        )
-        _write_json(json_out, report)
 
-    @bench.command("forecast")
-    def forecast_cmd(
-        workloads: Annotated[list[str] | None, typer.Option(help=WORKLOADS_HELP)] = None,
-        json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
-    ) -> None:
-        """15-minute-horizon WAPE of the forecaster on each trace, against last value and seasonal naive."""
-        from daedalus.bench.models import forecast_markdown, run_forecast_bench
-        from daedalus.bench.policies import load_all, resolve_workloads
+def deploy(
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs to deploy")] = 100,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
+) -> None:
+    """Time `daedalus deploy` of N simulated jobs against a fresh local Prefect server."""
+    from daedalus.bench.schedule import run_deploy_bench
 
-        try:
-            chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
-            traces = load_all(chosen)
-        except DaedalusError as exc:
-            _fail(exc)
-        with _progress("traces") as progress:
-            bar = progress.add_task("forecast", total=len(chosen))
-            report = run_forecast_bench(chosen, traces, on_done=lambda name: progress.update(bar, advance=1))
-        console.print(Markdown(forecast_markdown(report)))
-        _write_json(json_out, report)
+    with progress() as bars:
+        report = run_deploy_bench(jobs, console, on_progress=phases(bars))
+    first, again = report["first_deploy_s"], report["redeploy_s"]
+    out.print(_figures(f"deploying {jobs} jobs ({report['deployments']} deployments)", [
+        ("first deploy (create)", f"{first:.1f} s"), ("deploy again (update)", f"{again:.1f} s")]))
+    if json_out:
+        json_out.write_text(json.dumps({**report, "first_deploy_s": round(first, 2), "redeploy_s": round(again, 2)},
+                                       indent=2))
 
-    @bench.command("capacity")
-    def capacity_cmd(
-        seeds: Annotated[int, typer.Option(min=1, help="Seeds per scale-out (0 … N−1)")] = 3,
-        json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
-        max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
-        hours: Annotated[float, typer.Option(min=0.1, help="Simulated hours per run")] = 1.0,
-    ) -> None:
-        """Capacity estimate against the simulator's true capacity at each scale-out, with and without skew."""
-        from daedalus.bench.models import capacity_markdown, run_capacity_bench
 
-        with _progress("runs") as progress:
-            bar = progress.add_task("capacity", total=2 * max_scaleout * seeds)
-            report = run_capacity_bench(range(seeds), max_scaleout, hours,
-                                        on_done=lambda: progress.update(bar, advance=1))
-        console.print(Markdown(capacity_markdown(report)))
-        for key, s in report["summary"].items():
-            console.print(f"{key}: |error| median {s['abs_error_pct_median']:.1f} %, "
-                          f"p95 {s['abs_error_pct_p95']:.1f} %, max {s['abs_error_pct_max']:.1f} %, "
-                          f"within 5 %: {100 * s['share_within_5_pct']:.0f} %")
-        _write_json(json_out, report)
+def schedule(
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs on the one-minute schedule")] = 100,
+    minutes: Annotated[float, typer.Option(min=1, help="How long to run")] = 30,
+    prefork: Annotated[bool, typer.Option(help="Worker with the preloaded process (`daedalus worker`)")] = True,
+    background: Annotated[bool, typer.Option(help="Deploy the background flows too (a recovery monitor "
+                                                  "follows every rescale)")] = True,
+    postgres: Annotated[bool, typer.Option(help="The server's database in a throwaway PostgreSQL cluster "
+                                                "(Debian `postgresql`) instead of SQLite")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
+    keep: Annotated[Path | None, typer.Option(help="Keep the server home and store here")] = None,
+    worker_limit: Annotated[int, typer.Option(min=0, help="The worker's --limit (0: none)")] = WORKER_LIMIT,
+    poll_seconds: Annotated[float, typer.Option(min=1, help="The worker's query interval "
+                                                       "(PREFECT_WORKER_QUERY_SECONDS)")] = POLL_S,
+) -> None:
+    """Can one local server and one process worker keep up with N jobs every minute? Start delays and backlog."""
+    from daedalus.bench.schedule import run_schedule_bench, schedule_table
+
+    with progress() as bars:
+        report = run_schedule_bench(jobs, minutes, prefork, keep, console, background, postgres, worker_limit,
+                                    poll_seconds, on_progress=phases(bars))
+    out.print(schedule_table(report))
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+
+
+def retrain(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs in the fleet")] = 1000,
+    hours: Annotated[float, typer.Option(min=1.0, help="History per job")] = 6.0,
+    workers: Annotated[int, typer.Option(min=1, help="Workers (rows per second) per job")] = 2,
+    masters: Annotated[str, typer.Option(help="Spark masters to compare, comma-separated")] = "local[1],local[2]",
+    lake: Annotated[str | None, typer.Option(help="Reuse or keep the generated lake here")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Retrain N jobs' forecasters (fit + backtest + promotion) on each master; prints times and speed-up."""
+    from daedalus.bench.pipeline import run_retrain_bench
+
+    with progress() as bars:
+        report = run_retrain_bench(jobs, hours, workers, [m.strip() for m in masters.split(",") if m.strip()], lake,
+                                   seed, on_progress=phases(bars))
+    figures: list[tuple[str, str]] = [("jobs × history × workers", f"{jobs} × {hours:g} h × {workers}")]
+    if report["rows"] is not None:
+        figures.append(("lake rows", f"{report['rows']:,}"))
+    seconds = {master: m["seconds"] for master, m in report["masters"].items()}
+    for master, m in report["masters"].items():
+        figures += [
+            (f"{master}: wall time", f"{m['seconds']:.1f} s"),
+            (f"{master}: per job", f"{m['seconds'] / jobs:.3f} s"),
+            (f"{master}: fit time per job, median / p95",
+             "n/a" if m["fit_s_median"] is None else f"{m['fit_s_median']:.2f} / {m['fit_s_p95']:.2f} s"),
+            (f"{master}: fitted / failed / skipped", f"{m['fitted']} / {m['failed']} / {m['skipped']}"),
+        ]
+    if "local[1]" in seconds and "local[2]" in seconds:
+        figures.append(("speed-up local[2] vs local[1]", f"{seconds['local[1]'] / seconds['local[2]']:.2f}×"))
+    console.print(_figures("daedalus bench retrain", figures))
+    typer.echo(json.dumps({"jobs": jobs, "hours": hours, "workers": workers, "seconds": seconds}))
+
+
+def validate(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs in the fleet")] = 1000,
+    hours: Annotated[float, typer.Option(min=0.1, help="Window validated (the last hours)")] = 1.0,
+    workers: Annotated[int, typer.Option(min=1, help="Workers (rows per second) per job")] = 4,
+    master: Annotated[str, typer.Option(help="Spark master")] = "local[2]",
+    lake: Annotated[str | None, typer.Option(help="Reuse or keep the generated lake here")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Validate N jobs' last hour with the whole suite on one master; prints the time."""
+    from daedalus.bench.pipeline import run_validate_bench
+
+    with progress() as bars:
+        report = run_validate_bench(jobs, hours, workers, master, lake, seed, on_progress=phases(bars))
+    console.print(_figures("daedalus bench validate", [
+        ("jobs × window × workers", f"{jobs} × {hours:g} h × {workers}"),
+        ("rows validated", f"{report['rows']:,}"),
+        ("checks", str(report["checks"])),
+        (f"{master}: wall time", f"{report['seconds']:.1f} s"),
+        ("jobs failed", str(report["failed_jobs"])),
+    ]))
+    typer.echo(json.dumps({"jobs": jobs, "hours": hours, "workers": workers, "rows": report["rows"],
+                           "seconds": report["seconds"]}))
+
+
+def policies(
+    workloads: Annotated[list[str] | None, typer.Option(help=WORKLOADS_HELP)] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per policy and workload (0 … N−1)")] = 3,
+    out: Annotated[Path, typer.Option(help="Folder for policies.json, policies.md and the figures")] = Path(
+        "bench-output"),
+    jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
+    policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all)")] = None,
+    max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
+    peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
+    target_recovery: TargetRecovery = None,
+    scale_in_interval: ScaleInInterval = None,
+) -> None:
+    """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
+    from daedalus.bench.policies import POLICIES, resolve_workloads, run_benchmark
+
+    try:
+        chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
+        with progress("runs") as bars:
+            bar = bars.add_task("policies × workloads × seeds", total=None)
+            summary = run_benchmark(
+                chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
+                processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
+                loop_overrides=loop_overrides(target_recovery, scale_in_interval),
+                on_start=lambda n: bars.update(bar, total=n),
+                on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
+            )
+    except (DaedalusError, ValueError) as exc:
+        fail(exc)
+    console.print(_policies_table(summary))
+    console.print(f"Wrote {out / 'policies.json'}, {out / 'policies.md'} and {len(summary['figures'])} figures")
+
+
+def loop(
+    jobs: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs stepped together in this process")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
+    hours: Annotated[float, typer.Option(min=0.05, help="Measured simulated hours")] = 6.0,
+    warmup_hours: Annotated[float | None, typer.Option(
+        min=0.0, help="Warm-up of the template job before N jobs start (default: 0 for one job, 2 h else)")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """The cost of one MAPE-K iteration per job, and how many jobs one process serves per minute."""
+    from daedalus.bench.loop import run_loop_bench
+
+    with progress("simulated minutes") as bars:
+        bar = bars.add_task(f"{jobs} job(s)", total=None)
+        report = run_loop_bench(jobs, hours, warmup_hours, seed,
+                                on_minute=lambda done, total: bars.update(bar, completed=done, total=total))
+    cost, it = report["loop_ms"], report["iteration_ms"]
+    console.print(
+        f"{report['jobs']} job(s), {report['hours']:g} h measured after {report['warmup_hours']:g} h warm-up, "
+        f"{report['iterations']:,} iterations in {report['wall_s']:.1f} s\n"
+        f"analyze + plan per iteration: median {cost['median']:.2f} ms, p95 {cost['p95']:.2f} ms, "
+        f"max {cost['max']:.0f} ms; first hour median {cost['first_hour_median']:.2f} ms, "
+        f"last hour median {cost['last_hour_median']:.2f} ms\n"
+        f"whole iteration: mean {it['mean']:.2f} ms → {report['jobs_per_minute']:,.0f} jobs per minute "
+        f"in one process; simulator {report['simulator_s']:.1f} s apart; peak memory {report['max_rss_mb']:.0f} MB"
+    )
+    _write_json(json_out, report)
+
+
+def forecast(
+    workloads: Annotated[list[str] | None, typer.Option(help=WORKLOADS_HELP)] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
+) -> None:
+    """15-minute-horizon WAPE of the forecaster on each trace, against last value and seasonal naive."""
+    from daedalus.bench.models import forecast_markdown, run_forecast_bench
+    from daedalus.bench.policies import load_all, resolve_workloads
+
+    try:
+        chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))
+        traces = load_all(chosen)
+    except DaedalusError as exc:
+        fail(exc)
+    with progress("traces") as bars:
+        bar = bars.add_task("forecast", total=len(chosen))
+        report = run_forecast_bench(chosen, traces, on_done=lambda name: bars.update(bar, advance=1))
+    console.print(Markdown(forecast_markdown(report)))
+    _write_json(json_out, report)
+
+
+def capacity(
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per scale-out (0 … N−1)")] = 3,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
+    max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
+    hours: Annotated[float, typer.Option(min=0.1, help="Simulated hours per run")] = 1.0,
+) -> None:
+    """Capacity estimate against the simulator's true capacity at each scale-out, with and without skew."""
+    from daedalus.bench.models import capacity_markdown, run_capacity_bench
+
+    with progress("runs") as bars:
+        bar = bars.add_task("capacity", total=2 * max_scaleout * seeds)
+        report = run_capacity_bench(range(seeds), max_scaleout, hours,
+                                    on_done=lambda: bars.update(bar, advance=1))
+    console.print(Markdown(capacity_markdown(report)))
+    for key, s in report["summary"].items():
+        console.print(f"{key}: |error| median {s['abs_error_pct_median']:.1f} %, "
+                      f"p95 {s['abs_error_pct_p95']:.1f} %, max {s['abs_error_pct_max']:.1f} %, "
+                      f"within 5 %: {100 * s['share_within_5_pct']:.0f} %")
+    _write_json(json_out, report)

@@ -1,8 +1,11 @@
-"""What every command group shares: the error console, one way to fail, one progress bar."""
+"""What every command group shares: the two consoles, one way to fail, one progress bar, and the options that
+name the same thing on every command (`--jobs-file`, `--store`)."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -10,12 +13,23 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
-console = Console(stderr=True)
+console = Console(stderr=True)  # messages, progress and figures for people
+out = Console()  # what a script may read (tables of the jobs file and the fleet, JSON answers)
+
+Store = Annotated[str, typer.Option("--store", help="Knowledge store URL (a folder by default)")]
+JobsFile = Annotated[Path, typer.Option("--jobs-file", help="The jobs file (YAML)")]
+JobsFileToCheck = Annotated[Path | None, typer.Option(
+    "--jobs-file", help="The jobs file (to name the jobs and check limits)")]
+# `deploy` and `jobs check` took the jobs file as their argument before `--jobs-file`; both ways stay valid.
+JobsFileOrArgument = Annotated[Path | None, typer.Option("--jobs-file", help="The jobs file (YAML)")]
+JobsFileArgument = Annotated[Path | None, typer.Argument(help="The jobs file, when not given as --jobs-file",
+                                                         show_default=False)]
 
 
 def fail(exc: Exception) -> NoReturn:
@@ -25,6 +39,30 @@ def fail(exc: Exception) -> NoReturn:
 
 
 def progress(unit: str = "") -> Progress:
-    """A progress bar for long work: done of total, elapsed and remaining time."""
+    """A progress bar for long work: done of total, elapsed and remaining time (a spinner-like bar while the
+    total is None)."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+def phases(bars: Progress) -> Callable[[str, int, int | None], None]:
+    """The `on_progress(phase, done, total)` callback the benchmarks in `daedalus.bench` report to, drawn as one
+    bar per phase: they measure, the command line draws."""
+    tasks: dict[str, TaskID] = {}
+
+    def update(phase: str, done: int, total: int | None) -> None:
+        if phase not in tasks:
+            tasks[phase] = bars.add_task(phase, total=total)
+        bars.update(tasks[phase], completed=done, total=total)
+
+    return update
+
+
+def one_jobs_file(option: Path | None, argument: Path | None) -> Path:
+    """The jobs file given either as `--jobs-file FILE` or as the command's argument."""
+    if option is not None and argument is not None and option != argument:
+        raise typer.BadParameter(f"two jobs files given ({argument} and --jobs-file {option}): give one")
+    given = option or argument
+    if given is None:
+        raise typer.BadParameter("give the jobs file: --jobs-file FILE")
+    return given

@@ -11,8 +11,11 @@ import sys
 import typer
 
 from daedalus.cli import bench as cli_bench
+from daedalus.cli import deploy as cli_deploy
+from daedalus.cli import exporter as cli_exporter
+from daedalus.cli import jobs as cli_jobs
 from daedalus.cli import observe as cli_observe
-from daedalus.cli import ops as cli_ops
+from daedalus.cli import operate as cli_operate
 from daedalus.cli import pipeline as cli_pipeline
 from daedalus.cli import simulate as cli_simulate
 from daedalus.cli.common import console
@@ -20,16 +23,26 @@ from daedalus.models.errors import DaedalusError
 
 app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processing jobs, on Prefect.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, cli_deploy.deploy,
+                 cli_operate.status, cli_operate.approve, cli_operate.reject, cli_operate.pause, cli_operate.resume,
+                 cli_operate.scale, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
+                 cli_pipeline.compact, cli_exporter.exporter):
+    app.command()(_command)
+
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
                     no_args_is_help=True)
+for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.retrain, cli_bench.validate,
+                 cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity):
+    bench.command()(_command)
 app.add_typer(bench, name="bench")
-app.command()(cli_simulate.simulate)
-app.command()(cli_simulate.demo)
-for _area in (cli_observe, cli_ops, cli_pipeline, cli_bench):
-    _area.register(app, bench)
+
+jobs = typer.Typer(help="The jobs file: one entry per streaming job.", no_args_is_help=True)
+jobs.command()(cli_jobs.check)
+app.add_typer(jobs, name="jobs")
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    """Run the application; a Daedalus error that escaped a command still ends in one line, not a traceback."""
     try:
         app()
     except DaedalusError as exc:

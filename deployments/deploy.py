@@ -21,16 +21,18 @@ import importlib
 import inspect
 import json
 import os
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 from prefect.schedules import Interval, Schedule
 
-from daedalus.connectors.jobs import JobsFile, JobSpec
+from daedalus.connectors.jobs import JobsFile, JobSpec, load_jobs
 from daedalus.models.errors import ConfigurationError
 
 DEFAULT_POOL = "daedalus"
@@ -338,6 +340,38 @@ async def prune_deployments(keep: Sequence[str]) -> list[str]:
         for d in gone:
             await client.delete_deployment(d.id)
     return [f"mape-k/{d.name}" for d in gone]
+
+
+def deploy_jobs(jobs_file: Path | str, store_url: str, pool: str = DEFAULT_POOL, only: Sequence[str] = (),
+                prune: bool = False, create_pool: bool = True, lake_url: str | None = None,
+                job_variables: dict[str, Any] | None = None, background: bool = True,
+                on_progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, str], list[str], float]:
+    """Plan, apply and (with `prune`) prune in one call, timed: what `daedalus deploy` and the Prefect-side
+    benchmarks run. Returns full name → deployment id, notes for the operator, and the seconds it took.
+
+    `on_progress(done, total)` follows the deployments applied, so a caller can draw a bar; nothing is drawn here.
+    """
+    started = time.perf_counter()
+    jobs = load_jobs(jobs_file)
+    planned, notes = plan_deployments(jobs, store_url, only, lake_url, job_variables=job_variables,
+                                      with_background=background)
+    done = 0
+
+    def one_more(_: Planned) -> None:
+        nonlocal done
+        done += 1
+        if on_progress is not None:
+            on_progress(done, len(planned))
+
+    if on_progress is not None:
+        on_progress(0, len(planned))
+    applied = asyncio.run(apply_deployments(planned, pool, create_pool=create_pool, on_done=one_more))
+    if applied.unchanged:
+        notes.append(f"{len(applied.unchanged)} deployment(s) unchanged, left alone; {len(applied.written)} written")
+    if prune:
+        notes += [f"deleted {name}: not in the jobs file" for name in
+                  asyncio.run(prune_deployments([j.name for j in jobs.jobs]))]
+    return applied.ids, notes, time.perf_counter() - started
 
 
 # --- prefect.yaml ---------------------------------------------------------------------------------------

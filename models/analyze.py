@@ -8,35 +8,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from daedalus.models.anomaly import downtime_s, learn_normal, total_throughput, track_recovery
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.recovery import recovery_times
 from daedalus.models.types import Analysis, Observation
 from daedalus.models.validation import validate_observation
 
-
-def total_throughput(obs: Observation) -> np.ndarray:
-    total = np.zeros(obs.timestamps.size)
-    for series in obs.throughput.values():
-        total += np.nan_to_num(series)
-    return total
+__all__ = ["NOISE_FLOOR", "analyze", "follow_recovery", "total_throughput"]  # total_throughput: models.anomaly's
 
 
 NOISE_FLOOR = 0.01  # residuals within 1 % of the workload are noise, whatever the learned std says
 
 
 def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recovery_s: float) -> float | None:
-    """Learn normal workload − throughput, or follow a rescale until recovered.
+    """Learn normal workload − throughput, or follow a rescale until recovered (``daedalus.models.anomaly``).
 
     Returns the observed recovery time when this observation ends a recovery.
     """
-    residual = obs.workload - total_throughput(obs)
     watch = k.watch
     if watch is None:
-        steady = obs.uptime_s >= warmup_s
-        k.anomaly.update_many(residual[steady])
-        if steady.any():
-            k.anomaly.min_std = NOISE_FLOOR * float(np.mean(obs.workload[steady]))
+        learn_normal(k.anomaly, obs, warmup_s, NOISE_FLOOR)
         return None
     if obs.end - watch.rescale_time > max_recovery_s:
         entry = k.entry(watch.decision_id)
@@ -44,23 +36,11 @@ def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recover
             entry.history.append((obs.end, f"recovery not observed within {max_recovery_s:.0f} s"))
         k.watch = None
         return None
-    after = obs.timestamps > watch.rescale_time
-    for t, r, up in zip(obs.timestamps[after], residual[after], obs.uptime_s[after], strict=True):
-        if watch.restart_time is None and up > 0:
-            watch.restart_time = float(t - up)
-        watch.tracker.update(float(t), float(r))
-        if watch.tracker.recovered_at is not None:
-            break
-    if watch.tracker.recovered_at is None:
+    watch.restart_time = track_recovery(watch.tracker, obs, watch.restart_time)
+    observed, recovered_at = watch.tracker.observed_recovery_s, watch.tracker.recovered_at
+    if observed is None or recovered_at is None:
         return None
-    observed = watch.tracker.recovered_at - watch.rescale_time
-    if watch.restart_time is not None:
-        k.downtime.learn(watch.scaled_out, watch.restart_time - watch.rescale_time)
-    entry = k.entry(watch.decision_id)
-    if entry is not None:
-        entry.observed_recovery_s = observed
-        entry.history.append((watch.tracker.recovered_at, f"recovered in {observed:.0f} s"))
-    k.watch = None
+    k.settle_recovery(watch.decision_id, observed, downtime_s(watch.rescale_time, watch.restart_time), recovered_at)
     return observed
 
 

@@ -1,12 +1,17 @@
-"""Observed recovery: when is a job back to normal after a rescale?
+"""Observed recovery: when is a job back to normal after a rescale, and how long was it down?
 
 The series watched is the residual r = workload − throughput (tuples/s). In normal operation it
 hovers around a small mean; during the downtime of a rescale it jumps to the whole workload, and
-while the job catches up on its backlog it turns strongly negative. Daedalus keeps Welford's running
-mean and variance of r learned in normal operation and calls a point anomalous when it lies more
-than one standard deviation from the mean (k = 1). After a rescale, recovery has ended when the
+while the job catches up on its backlog it turns strongly negative. The ``AnomalyDetector``
+(``daedalus.models.anomaly_detector``) learns r in normal operation and calls a point anomalous when it
+lies more than one standard deviation from the mean (k = 1). After a rescale, recovery has ended when the
 series is normal again: here, at the first of ``consecutive`` normal points in a row (one normal
 point can be a crossing of the mean on the way from the downtime spike to the catch-up dip).
+
+One implementation serves the loop (``models/analyze.py``, an observation per loop, the tracker kept in
+the knowledge) and the recovery-monitor flow (``tasks/recovery.py``, which only polls and sleeps):
+``learn_normal`` teaches the detector, ``track_recovery`` feeds the samples after the rescale to a
+``RecoveryTracker`` and reads the restart from the job's uptime, ``downtime_s`` turns it into the downtime.
 
 References
 ----------
@@ -22,119 +27,38 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from daedalus.models.anomaly_detector import AnomalyDetector
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.stats import RunningVariance
+from daedalus.models.state import number, numbers
+from daedalus.models.types import Observation
 
-__all__ = ["AnomalyDetector", "RecoveryTracker", "observed_recovery_time"]
-
-
-def _require_keys(cls: type, state: Mapping[str, float], keys: tuple[str, ...]) -> None:
-    missing = [key for key in keys if key not in state]
-    if missing:
-        raise KnowledgeError(f"{cls.__name__} state lacks {', '.join(missing)}; got keys {sorted(state)}")
+__all__ = ["AnomalyDetector", "RecoveryTracker", "downtime_s", "learn_normal", "observed_recovery_time", "residual",
+           "total_throughput", "track_recovery"]
 
 
-def _number(cls: type, state: Mapping[str, float], key: str) -> float:
-    try:
-        value = float(state[key])
-    except (TypeError, ValueError):
-        raise KnowledgeError(f"{cls.__name__} state: {key} is not a number ({state[key]!r})") from None
-    if not math.isfinite(value):
-        raise KnowledgeError(f"{cls.__name__} state: {key} is not finite ({value!r})")
-    return value
+def total_throughput(obs: Observation) -> np.ndarray:
+    """Tuples/s processed by all workers at each step (a worker that did not report counts 0)."""
+    total = np.zeros(obs.timestamps.size)
+    for series in obs.throughput.values():
+        total += np.nan_to_num(series)
+    return total
 
 
-class AnomalyDetector:
-    """One-sigma anomaly detector on a residual series (Welford mean and variance).
+def residual(obs: Observation) -> np.ndarray:
+    """The series watched: workload − total throughput."""
+    return obs.workload - total_throughput(obs)
 
-    Parameters
-    ----------
-    k
-        A point x is anomalous when |x − mean| > k · std (the paper: one standard deviation).
-    min_std
-        A floor under std. A noise-free series (a simulator, a very steady job) has std 0, and then every
-        rounding error would be an anomaly and no recovery could ever end. The loop sets it to 1 % of the
-        workload. With a floor, a detector that learned fewer than two values judges around mean 0.
 
-    A missing (non-finite) value teaches nothing: ``update`` skips it, and ``is_anomalous`` calls it
-    anomalous, because a job that does not report is not known to be normal. With fewer than two
-    values learned nothing can be judged and every finite point counts as normal.
+def learn_normal(detector: AnomalyDetector, obs: Observation, warmup_s: float, noise_floor: float = 0.0) -> None:
+    """Teach `detector` the residual of the observation's steady samples (past the warm-up after a restart).
 
-    Examples
-    --------
-    >>> detector = AnomalyDetector(k=1.0)
-    >>> for residual in [-1.0, 1.0, -1.0, 1.0]:
-    ...     detector.update(residual)
-    >>> detector.mean, detector.std
-    (0.0, 1.0)
-    >>> detector.is_anomalous(0.5), detector.is_anomalous(-1.0), detector.is_anomalous(40.0)
-    (False, False, True)
-
-    References
-    ----------
-    Pfister et al. (ICPE 2024), observed recovery time; Welford (1962).
+    With a `noise_floor`, the detector's ``min_std`` becomes that share of the steady mean workload: residuals
+    that small are noise whatever the learned std says (the loop sets 1 %; see ``AnomalyDetector``).
     """
-
-    def __init__(self, k: float = 1.0, min_std: float = 0.0) -> None:
-        if not (math.isfinite(k) and k > 0):
-            raise ValueError(f"k (standard deviations) must be a positive number, got {k!r}")
-        if not (math.isfinite(min_std) and min_std >= 0):
-            raise ValueError(f"min_std must be a finite number ≥ 0, got {min_std!r}")
-        self.k = float(k)
-        self.min_std = float(min_std)
-        self._stats = RunningVariance()
-
-    @property
-    def n(self) -> int:
-        return self._stats.n
-
-    @property
-    def mean(self) -> float:
-        return self._stats.mean
-
-    @property
-    def std(self) -> float:
-        return self._stats.std
-
-    @property
-    def statistics(self) -> RunningVariance:
-        """A copy of the running statistics."""
-        return RunningVariance.from_state(self._stats.to_state())
-
-    def update(self, x: float) -> None:
-        if math.isfinite(x):
-            self._stats.update(x)
-
-    def update_many(self, xs: object) -> None:
-        """Learn a batch at once (exact, Chan's formula); non-finite values are skipped."""
-        xs = np.asarray(xs, dtype=float).ravel()
-        self._stats.update_many(xs[np.isfinite(xs)])
-
-    def merge(self, other: AnomalyDetector) -> None:
-        self._stats.merge(other._stats)
-
-    def is_anomalous(self, x: float) -> bool:
-        if not math.isfinite(x):
-            return True
-        if self._stats.n < 2:
-            return self.min_std > 0 and abs(x) > self.k * self.min_std
-        return abs(x - self._stats.mean) > self.k * max(self._stats.std, self.min_std)
-
-    def to_state(self) -> dict[str, float]:
-        return {"k": self.k, "min_std": self.min_std, **self._stats.to_state()}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, float]) -> AnomalyDetector:
-        _require_keys(cls, state, ("k",))
-        k = _number(cls, state, "k")
-        if k <= 0:
-            raise KnowledgeError(f"{cls.__name__} state: k must be positive, got {k!r}")
-        detector = cls(k, float(state.get("min_std", 0.0)))
-        detector._stats = RunningVariance.from_state({key: state[key] for key in state if key not in ("k", "min_std")})
-        return detector
-
-    def __repr__(self) -> str:
-        return f"AnomalyDetector(k={self.k!r}, n={self.n}, mean={self.mean!r}, std={self.std!r})"
+    steady = obs.uptime_s >= warmup_s
+    detector.update_many(residual(obs)[steady])
+    if noise_floor and steady.any():
+        detector.min_std = noise_floor * float(np.mean(obs.workload[steady]))
 
 
 class RecoveryTracker:
@@ -260,22 +184,21 @@ class RecoveryTracker:
     @classmethod
     def from_state(cls, state: Mapping[str, float]) -> RecoveryTracker:
         keys = ("rescale_time", "consecutive", "require_anomaly", "seen_anomaly", "run_length")
-        _require_keys(cls, state, keys)
-        numbers = {key: _number(cls, state, key) for key in keys}
+        values = numbers(cls, state, keys)
         detector = AnomalyDetector.from_state(
             {key.removeprefix("detector_"): value for key, value in state.items() if key.startswith("detector_")}
         )
         try:
             tracker = cls(
-                numbers["rescale_time"], detector, int(numbers["consecutive"]), bool(numbers["require_anomaly"])
+                values["rescale_time"], detector, int(values["consecutive"]), bool(values["require_anomaly"])
             )
         except ValueError as error:
             raise KnowledgeError(f"{cls.__name__} state: {error}") from None
-        tracker._seen_anomaly = bool(numbers["seen_anomaly"])
-        tracker._run_length = int(numbers["run_length"])
+        tracker._seen_anomaly = bool(values["seen_anomaly"])
+        tracker._run_length = int(values["run_length"])
         for key in ("run_start", "last", "recovered_at"):
             if key in state:
-                setattr(tracker, f"_{key}", _number(cls, state, key))
+                setattr(tracker, f"_{key}", number(cls, state, key))
         return tracker
 
     def __repr__(self) -> str:
@@ -283,6 +206,49 @@ class RecoveryTracker:
             f"RecoveryTracker(rescale_time={self.rescale_time!r}, recovered_at={self._recovered_at!r}, "
             f"consecutive={self.consecutive})"
         )
+
+
+def track_recovery(tracker: RecoveryTracker, obs: Observation, restart_time: float | None = None) -> float | None:
+    """Feed the observation's samples after the rescale to `tracker`, until it reports the end of recovery.
+
+    Returns the job's restart time: that of the first sample after the rescale with an uptime (its timestamp
+    minus the uptime), or `restart_time`, already found in an earlier observation of the same recovery.
+
+    Examples
+    --------
+    >>> detector = AnomalyDetector()
+    >>> detector.update_many([-1.0, 1.0] * 10)
+    >>> tracker = RecoveryTracker(rescale_time=100.0, detector=detector, consecutive=2)
+    >>> t = np.arange(99.0, 107.0)
+    >>> obs = Observation(job="j", timestamps=t, workload=np.full(8, 100.0),
+    ...                   throughput={"w": np.array([100, 100, 0, 0, 150, 100, 100, 100.0])}, cpu={},
+    ...                   lag=np.zeros(8), uptime_s=np.array([50, 51, 0, 0, 1, 2, 3, 4.0]), scaleout=1)
+    >>> track_recovery(tracker, obs), tracker.recovered_at
+    (102.0, 104.0)
+    """
+    after = obs.timestamps > tracker.rescale_time
+    samples = zip(obs.timestamps[after].tolist(), residual(obs)[after].tolist(), obs.uptime_s[after].tolist(),
+                  strict=True)
+    for t, r, up in samples:
+        if restart_time is None and up > 0:
+            restart_time = t - up
+        tracker.update(t, r)
+        if tracker.recovered:
+            break
+    return restart_time
+
+
+def downtime_s(rescale_time: float, restart_time: float | None) -> float | None:
+    """Seconds from the rescale to the restart; None while no restart after the rescale is known.
+
+    A restart time before the rescale is the uptime of the job before it (metrics lag the rescale): no downtime.
+
+    >>> downtime_s(100.0, 130.0), downtime_s(100.0, None), downtime_s(100.0, 40.0)
+    (30.0, None, None)
+    """
+    if restart_time is None or not restart_time - rescale_time >= 0:
+        return None
+    return restart_time - rescale_time
 
 
 def observed_recovery_time(

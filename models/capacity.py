@@ -1,7 +1,7 @@
 """Capacity: how many tuples per second can the job process, at each scale-out?
 
 Per worker, an online simple linear regression of throughput (y) on CPU utilization (x) —
-Welford co-moments, exact, no stored samples (``daedalus.models.stats.OnlineRegression``). Under data skew
+Welford co-moments, exact, no stored samples (``daedalus.models.regression.OnlineRegression``). Under data skew
 the workers do not reach full CPU together: the hot worker saturates first and the others stay
 proportional to it. So worker w's expected maximum CPU is
 
@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.stats import OnlineRegression, RunningMean
+from daedalus.models.regression import OnlineRegression
+from daedalus.models.state import require_keys
+from daedalus.models.stats import RunningMean
 from daedalus.models.types import Observation
 
 __all__ = ["CapacityModel"]
@@ -259,10 +261,8 @@ class CapacityModel:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> CapacityModel:
-        required = ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions", "cpu_means", "observed")
-        missing = [key for key in required if key not in state]
-        if missing:
-            raise KnowledgeError(f"CapacityModel state lacks {', '.join(missing)}; got keys {sorted(state)}")
+        require_keys(cls, state, ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions", "cpu_means",
+                                  "observed"))
         try:
             model = cls(float(state["cpu_ceiling"]), float(state["warmup_s"]), int(state["min_samples"]))
             workers = tuple(str(w) for w in state["workers"])

@@ -140,14 +140,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             k.quarantine = None
             out.notes.append("released from quarantine: metric validation passed")
         elif msg.kind == "recovered":
-            entry = k.entry(str(b.get("decision")))
-            if entry is not None and entry.observed_recovery_s is None:
-                entry.observed_recovery_s = float(b["observed_recovery_s"])
-                entry.history.append((now, f"recovered in {entry.observed_recovery_s:.0f} s"))
-                if b.get("downtime_s") is not None:
-                    k.downtime.learn(entry.target > entry.current, float(b["downtime_s"]))
-            if k.watch is not None and k.watch.decision_id == b.get("decision"):
-                k.watch = None
+            k.settle_recovery(str(b.get("decision")), b.get("observed_recovery_s"), b.get("downtime_s"), now)
             out.notes.append(f"recovery of {b.get('decision')} observed: {b.get('observed_recovery_s')} s")
         elif msg.kind == "forecaster":
             k.forecaster.swap_model(Forecaster.from_state(b["state"]))

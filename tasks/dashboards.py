@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
 from daedalus.models.forecast import wape
+from daedalus.models.steps import step_means
 from daedalus.models.text import utc
 from daedalus.tasks.publish import artifact_key, publish
 
@@ -121,9 +122,7 @@ def ledger_rows(knowledge: Knowledge, limit: int = 30) -> list[dict[str, Any]]:
 
 def steps_of(values: tuple[float, ...] | list[float], step: int = FORECAST_STEP_S) -> list[float]:
     """Per-second values as means of whole steps."""
-    v = np.asarray(values, dtype=float)
-    n = len(v) // step
-    return [round(float(x), 1) for x in v[: n * step].reshape(n, step).mean(axis=1)] if n else []
+    return [round(float(x), 1) for x in step_means(values, step)]
 
 
 def record_forecast(history: list[dict[str, Any]] | None, forecast: Forecast) -> list[dict[str, Any]]:

@@ -20,8 +20,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.inbox import Inbox
-from daedalus.models.analyze import total_throughput
-from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker
+from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
 from daedalus.models.errors import ValidationError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
@@ -50,9 +49,8 @@ def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: f
     if knowledge is not None and knowledge.anomaly.n >= 2:
         return knowledge.anomaly
     obs = target.metrics.observe(target.job, rescale_time - BASELINE_S, rescale_time)
-    steady = obs.uptime_s >= target.config.warmup_s
     detector = AnomalyDetector()
-    detector.update_many((obs.workload - total_throughput(obs))[steady])
+    learn_normal(detector, obs, target.config.warmup_s)
     if detector.n < 2:
         raise ValidationError(
             f"job {target.job!r}: no normal operation to compare with (no anomaly statistics in its knowledge and "
@@ -64,27 +62,23 @@ def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: f
 def follow(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
            detector: AnomalyDetector, timeout_s: float, poll_s: float,
            sleep: Callable[[float], None] = time.sleep) -> Recovery:
-    """Poll the job's metrics from the rescale on until recovery, or until `timeout_s` passed (job clock or wall)."""
+    """Poll the job's metrics from the rescale on until recovery, or until `timeout_s` passed (job clock or wall).
+
+    Only the polling is here: what recovery and downtime are is `daedalus.models.anomaly`'s, as in the loop.
+    """
     tracker = RecoveryTracker(rescale_time, detector)
     since, restart = rescale_time - 1.0, None
     started = time.monotonic()
     while True:
         now = target.clock.now()
         obs = target.metrics.observe(target.job, since, now)
-        residual = obs.workload - total_throughput(obs)
-        for t, r, up in zip(obs.timestamps.tolist(), residual.tolist(), obs.uptime_s.tolist(), strict=True):
-            if restart is None and t > rescale_time and up > 0:
-                restart = t - up
-            tracker.update(t, r)
-            if tracker.recovered:
-                break
+        restart = track_recovery(tracker, obs, restart)
         if obs.timestamps.size:
             since = float(obs.timestamps[-1])
         waited = now - rescale_time
         if tracker.recovered or waited >= timeout_s or time.monotonic() - started >= timeout_s:
-            downtime = None if restart is None else max(restart - rescale_time, 0.0)
             return Recovery(target.job, decision, rescale_time, predicted_recovery_s, tracker.observed_recovery_s,
-                            downtime, waited)
+                            downtime_s(rescale_time, restart), waited)
         sleep(poll_s)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -352,14 +350,15 @@ def test_same_seed_same_run_however_it_is_chunked() -> None:
     assert other.worker_capacities.tolist() != one.worker_capacities.tolist()
 
 
-def test_six_hours_with_twelve_workers_in_a_couple_of_seconds() -> None:
+def test_six_hours_with_twelve_workers_and_six_rescales() -> None:
+    """Six simulated hours end to end (its speed is a benchmark figure: `daedalus bench loop`, not a test)."""
     workload = sine_workload(hours=6, high=600_000)
-    began = time.perf_counter()
     sim = Simulator(workload, SimConfig(), seed=0)
     for minute in range(360):
         if minute % 60 == 30:
             sim.scale(6 if minute % 120 == 30 else 12)
         sim.advance(60)
-        sim.observe(sim.now - 60)
-    sim.history()
-    assert time.perf_counter() - began < 2.0
+        assert sim.observe(sim.now - 60).timestamps.size == 60
+    h = sim.history()
+    assert h.timestamps.size == 6 * 3600
+    assert set(np.unique(h.scaleout)) == {6, 12}

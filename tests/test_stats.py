@@ -10,9 +10,21 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from daedalus.models import anomaly, capacity, stats
+from daedalus.models import (
+    anomaly,
+    anomaly_detector,
+    capacity,
+    forecast_fallback,
+    forecast_window,
+    regression,
+    state,
+    stats,
+    steps,
+    wape,
+)
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.stats import OnlineRegression, RunningMean, RunningVariance
+from daedalus.models.regression import OnlineRegression
+from daedalus.models.stats import RunningMean, RunningVariance
 
 RTOL = 1e-9
 
@@ -41,7 +53,8 @@ def _assert_matches_batch(reg: OnlineRegression, x: np.ndarray, y: np.ndarray, r
 
 
 def test_doctests() -> None:
-    for module in (stats, capacity, anomaly):
+    for module in (stats, regression, state, steps, capacity, anomaly_detector, anomaly, wape, forecast_window,
+                   forecast_fallback):
         result = doctest.testmod(module, raise_on_error=False)
         assert result.attempted > 0, module.__name__
         assert result.failed == 0, module.__name__

@@ -68,10 +68,10 @@ def test_deploy_writes_a_prefect_yaml(jobs_file, tmp_path):
 
 
 def test_pause_and_resume_one_job_or_all(jobs_file, store_url):
-    assert run("pause", "ads", "--store", store_url, "--jobs", str(jobs_file), "--reason", "deploy").exit_code == 0
+    assert run("pause", "ads", "--store", store_url, "--jobs-file", str(jobs_file), "--reason", "deploy").exit_code == 0
     (_, msg), = Inbox(store_url).pending("ads")
     assert msg.kind == "pause" and msg.body["reason"] == "deploy"
-    unknown = run("pause", "ghost", "--store", store_url, "--jobs", str(jobs_file))
+    unknown = run("pause", "ghost", "--store", store_url, "--jobs-file", str(jobs_file))
     assert unknown.exit_code == 1 and "no job 'ghost'" in unknown.output
     assert run("pause", "--store", store_url).exit_code != 0  # neither a job nor --all
     assert run("pause", "--all", "--store", store_url, "--reason", "incident").exit_code == 0
@@ -81,10 +81,11 @@ def test_pause_and_resume_one_job_or_all(jobs_file, store_url):
 
 
 def test_manual_scale_outside_the_limits_is_refused(jobs_file, store_url):
-    result = run("scale", "ads", "11", "--reason", "test", "--jobs", str(jobs_file), "--store", store_url)
+    result = run("scale", "ads", "11", "--reason", "test", "--jobs-file", str(jobs_file), "--store", store_url)
     assert result.exit_code == 1 and "outside the job's limits [2, 10]" in result.output
     assert Inbox(store_url).pending("ads") == []
-    assert run("scale", "ads", "9", "--reason", "test", "--jobs", str(jobs_file), "--store", store_url).exit_code == 0
+    ok = run("scale", "ads", "9", "--reason", "test", "--jobs-file", str(jobs_file), "--store", store_url)
+    assert ok.exit_code == 0
 
 
 def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
@@ -92,12 +93,12 @@ def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
     k = with_proposal(spec, store_url, created=time.time())
     pid = k.pending.id
     no_file = run("approve", pid, "--store", store_url)
-    assert no_file.exit_code == 1 and "give --jobs FILE" in no_file.output
-    too_big = run("approve", pid, "--scaleout", "12", "--jobs", str(jobs_file), "--store", store_url)
+    assert no_file.exit_code == 1 and "give --jobs-file FILE" in no_file.output
+    too_big = run("approve", pid, "--scaleout", "12", "--jobs-file", str(jobs_file), "--store", store_url)
     assert too_big.exit_code == 1 and "outside the job's limits [2, 10]" in too_big.output
-    ok = run("approve", pid, "--scaleout", "9", "--jobs", str(jobs_file), "--store", store_url)
+    ok = run("approve", pid, "--scaleout", "9", "--jobs-file", str(jobs_file), "--store", store_url)
     assert ok.exit_code == 0, ok.output
-    again = run("reject", pid, "--jobs", str(jobs_file), "--store", store_url)
+    again = run("reject", pid, "--jobs-file", str(jobs_file), "--store", store_url)
     assert again.exit_code == 1 and "already answered" in again.output
     (_, msg), = Inbox(store_url).pending("ads")
     assert (msg.kind, msg.body["scaleout"]) == ("approve", 9)
@@ -105,14 +106,14 @@ def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
 
 def test_an_expired_proposal_cannot_be_approved(jobs_file, store_url):
     k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0)
-    result = run("approve", k.pending.id, "--jobs", str(jobs_file), "--store", store_url)
+    result = run("approve", k.pending.id, "--jobs-file", str(jobs_file), "--store", store_url)
     assert result.exit_code == 1 and "expired" in result.output
     assert Inbox(store_url).pending("ads") == []
 
 
 def test_status_from_the_store_alone(jobs_file, store_url):
     with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time())
-    fleet = run("status", "--store", store_url, "--jobs", str(jobs_file))
+    fleet = run("status", "--store", store_url, "--jobs-file", str(jobs_file))
     assert fleet.exit_code == 0, fleet.output
     assert "no Prefect API configured" in fleet.output and "no loop has run yet" in fleet.output
     one = run("status", "ads", "--store", store_url)
