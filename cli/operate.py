@@ -280,12 +280,12 @@ def approve(
     jobs_file: JobsFileToCheck = None,
     store: Store = DEFAULT_URL,
 ) -> None:
-    """Approve a scale proposal (optionally with another scaleout within the job's limits)."""
+    """Approve a scale proposal (optionally with another scale-out within the job's limits)."""
     try:
         result = answer(proposal, "approve", scaleout, operator, reason, jobs_file, store)
     except DaedalusError as exc:
         fail(exc)
-    console.print(f"[green]approved[/green] {proposal} at scaleout {result['scaleout']}: the loop of "
+    console.print(f"[green]approved[/green] {proposal} at scale-out {result['scaleout']}: the loop of "
                   f"{result['job']} applies it at its next run")
     out.print(json.dumps(result))
 

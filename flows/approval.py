@@ -60,7 +60,7 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
                                  description=f"Proposal {request.proposal}: refused")
         logger.warning("%s", exc)
         return {"proposal": request.proposal, "decision": "refused", "reason": str(exc)}
-    verb = ("approved at scaleout " + str(result["scaleout"])) if answer.decision == "approve" else "rejected"
+    verb = ("approved at scale-out " + str(result["scaleout"])) if answer.decision == "approve" else "rejected"
     outcome = (f"**{verb.capitalize()}** by {answer.operator}{': ' + answer.reason if answer.reason else ''}. "
                "The job's loop applies it at its next run.")
     create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),

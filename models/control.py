@@ -74,7 +74,7 @@ def _supersede(k: Knowledge, out: Applied, by: str, now: float) -> None:
 def check_scaleout(cfg: LoopConfig, scaleout: int) -> str | None:
     """The refusal message when a requested scale-out lies outside the job's limits."""
     if not cfg.min_scaleout <= scaleout <= cfg.max_scaleout:
-        return (f"scaleout {scaleout} is outside the job's limits "
+        return (f"scale-out {scaleout} is outside the job's limits "
                 f"[{cfg.min_scaleout}, {cfg.max_scaleout}]")
     return None
 

@@ -94,7 +94,7 @@ def checks(settings: SuiteSettings | None = None) -> tuple[Check, ...]:
             for column in ("workload", "throughput", "lag")
         ),
         Check("scaleout_positive", "rows", _BETWEEN, {"column": "scaleout", "min_value": 1},
-              "scaleout is at least 1"),
+              "scale-out is at least 1"),
     ]
     steps = [
         Check("unique_rows", "steps", _BETWEEN, {"column": "duplicate_rows", "max_value": 0},
@@ -104,7 +104,7 @@ def checks(settings: SuiteSettings | None = None) -> tuple[Check, ...]:
               f"no more than {s.max_gap_steps} missing steps of {s.step_s:g} s in a row"),
         Check("workers_match_scaleout", "steps", "ExpectColumnPairValuesToBeEqual",
               {"column_A": "workers", "column_B": "scaleout"},
-              "as many workers report as the scaleout says"),
+              "as many workers report as the scale-out says"),
         Check("throughput_within_supply", "steps", _BETWEEN,
               {"column": "supply_ratio", "max_value": 1.0 + s.throughput_tolerance},
               f"throughput is not above workload plus lag drained (+{100 * s.throughput_tolerance:g} %)"),

@@ -98,7 +98,7 @@ class Decision:
 
     def __post_init__(self) -> None:
         if self.current < 1 or self.target < 1:
-            raise ValueError(f"scaleout must be at least 1, got {self.current} → {self.target}")
+            raise ValueError(f"a scale-out must be at least 1, got {self.current} → {self.target}")
         if self.kind in ("hold", "no-change") and self.target != self.current:
             raise ValueError(f"a {self.kind} decision keeps the scale-out, got {self.current} → {self.target}")
 

@@ -25,7 +25,7 @@ def validate_observation(
     if ts.size == 0:
         return (*reasons, "no samples since the previous loop")
     if obs.scaleout < 1:
-        reasons.append(f"reported scaleout {obs.scaleout} is below 1")
+        reasons.append(f"reported scale-out {obs.scaleout} is below 1")
     if np.any(np.diff(ts) <= 0) or (previous_end is not None and ts[0] <= previous_end):
         reasons.append(
             f"timestamps go backwards or repeat (first {ts[0]:.0f}, previous loop ended {previous_end})"

@@ -82,7 +82,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
     lines = [
         f"# {r.job}: {direction} {r.current} → {r.proposed}?",
         "",
-        f"Proposal `{r.proposal}`: approve, reject, or approve with another scaleout within the job's limits "
+        f"Proposal `{r.proposal}`: approve, reject, or approve with another scale-out within the job's limits "
         f"[{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at {utc(r.expires)} and nothing "
         "happens.",
         "",
@@ -110,7 +110,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
 
 
 def answer_model(r: ApprovalRequest) -> type[RunInput]:
-    """The form the UI shows: limits from the jobs file, so the server itself refuses a scaleout outside."""
+    """The form the UI shows: limits from the jobs file, so the server itself refuses a scale-out outside."""
     return create_model(
         "ScaleApproval",
         __base__=RunInput,
@@ -140,7 +140,7 @@ def job_now(spec: JobSpec, store_url: str) -> float:
 
 
 def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str) -> int | None:
-    """Refuse an answer that cannot apply, before anything is posted; returns the scaleout to apply."""
+    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply."""
     job = spec.name
     if decision == "approve" and scaleout is not None:
         refusal = check_scaleout(spec.loop_config(), scaleout)

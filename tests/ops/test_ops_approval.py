@@ -69,7 +69,7 @@ def test_the_answer_form_carries_the_jobs_limits():
 
 def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
-    with pytest.raises(Refused, match=r"scaleout 11 is outside the job's limits \[2, 10\].*max 10"):
+    with pytest.raises(Refused, match=r"scale-out 11 is outside the job's limits \[2, 10\].*max 10"):
         post_answer(ads, k.pending.id, "approve", 11, "ops", "", store_url)
     assert Inbox(store_url).pending("ads") == []
 

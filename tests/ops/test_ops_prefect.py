@@ -1,6 +1,6 @@
 """End to end on a real Prefect server (SQLite, loopback port) and a real process worker (`daedalus worker`):
 two simulated jobs in approve mode are deployed from a jobs file, their one-minute schedules run them, one
-proposal is approved (with another scaleout) and one rejected through the REST endpoint the UI's resume
+proposal is approved (with another scale-out) and one rejected through the REST endpoint the UI's resume
 form calls, and the deployments, runs, artifacts and ledgers are checked. About three minutes on two cores."""
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def test_the_schedules_ran_the_loops_and_the_approvals_completed(scenario):
 def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
     runs = {r["id"]: r for r in _runs(scenario, "scale-job")}
     refused = runs[scenario.manual_runs[40]]["state"]
-    assert refused["type"] == "FAILED" and "scaleout 40 is outside the job's limits [1, 12]" in refused["message"]
+    assert refused["type"] == "FAILED" and "scale-out 40 is outside the job's limits [1, 12]" in refused["message"]
     assert runs[scenario.manual_runs[MANUAL_AT]]["state"]["type"] == "COMPLETED"
     clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
     (entry,) = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
@@ -214,7 +214,7 @@ def _latest(scenario: Scenario, key: str) -> dict:
 
 def test_the_dashboards(scenario):
     approval = _latest(scenario, "approval-ads")["data"]
-    assert f"**Approved at scaleout {APPROVED_AT}** by alice: capacity test" in approval
+    assert f"**Approved at scale-out {APPROVED_AT}** by alice: capacity test" in approval
     assert "**Rejected** by bob: peak ahead" in _latest(scenario, "approval-clicks")["data"]
     decision = _latest(scenario, "decision-ads")
     assert decision["type"] == "markdown" and decision["data"].startswith("# ads: ")
