@@ -1,4 +1,5 @@
-"""The production clock: the wall clock, behind the models' Clock protocol."""
+"""The production clock, the wall clock, behind the models' Clock protocol; and a fixed one, to evaluate the loop
+as of a past moment over metrics already in Prometheus (`daedalus step --at`)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,13 @@ class WallClock:
 
 
 WALL = WallClock()
+
+
+class FixedClock:
+    """Always the same moment."""
+
+    def __init__(self, at: float) -> None:
+        self.at = float(at)
+
+    def now(self) -> float:
+        return self.at

@@ -7,7 +7,7 @@ In-process targets (simulations, tests) are registered per job name; a flow run 
 
 from __future__ import annotations
 
-from daedalus.connectors.clock import WallClock
+from daedalus.connectors.clock import FixedClock, WallClock
 from daedalus.connectors.jobs import JobSpec, load_jobs
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.ports import MetricsSource, Scaler, Target
@@ -63,20 +63,27 @@ def scaler(spec: JobSpec, store_url: str) -> Scaler:
     )
 
 
-def build_target(spec: JobSpec, store_url: str) -> Target:
-    """The target a deployed `mape-k` run drives for this job."""
+def build_target(spec: JobSpec, store_url: str, at: float | None = None) -> Target:
+    """The target a deployed `mape-k` run drives for this job; with `at`, as of that moment (metrics replayed
+    from Prometheus; a simulated job has only its own present)."""
+    if at is not None and spec.engine == "sim":
+        raise ConfigurationError(f"job {spec.name!r}: engine 'sim' runs on its own clock; evaluating it at a past "
+                                 "moment (--at) needs a job whose metrics are in Prometheus")
     source = metrics_source(spec, store_url)
     scale = source if spec.engine == "sim" else scaler(spec, store_url)
     wall = WallClock()
-    clock = source if spec.engine == "sim" else wall
+    clock = source if spec.engine == "sim" else (wall if at is None else FixedClock(at))
     return Target(spec.name, metrics=source, scaler=scale, clock=clock, config=spec.loop_config(),  # type: ignore[arg-type]
                   wall=wall)
 
 
-def resolve(job: str, store_url: str, jobs_file: str | None) -> tuple[Target, JobSpec | None]:
+def resolve(job: str, store_url: str, jobs_file: str | None, at: float | None = None
+            ) -> tuple[Target, JobSpec | None]:
     """A registered in-process target (simulation, tests) or one built from the jobs file (deployments),
     with the job's entry: the jobs file is read once per run."""
     if jobs_file is None:
+        if at is not None:
+            raise ConfigurationError(f"job {job!r}: evaluating at a past moment needs the jobs file")
         return get(job), None
     spec = load_jobs(jobs_file).job(job)
-    return build_target(spec, store_url), spec
+    return build_target(spec, store_url, at), spec

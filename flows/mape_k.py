@@ -60,8 +60,9 @@ def emit_loop_events(job: str, it: Iteration, knowledge: Knowledge, store_url: s
 
 @flow(name="mape-k", description="One Daedalus MAPE-K iteration for one streaming job.")
 def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
-           lake_url: str | None = None) -> dict[str, Any]:
-    target, spec = targets.resolve(job, store_url, jobs_file)
+           lake_url: str | None = None, at: float | None = None) -> dict[str, Any]:
+    """`at` evaluates the loop as of that epoch second over metrics already in Prometheus (`daedalus step --at`)."""
+    target, spec = targets.resolve(job, store_url, jobs_file, at)
     store, inbox = KnowledgeStore(store_url), Inbox(store_url)
     knowledge, _ = load_knowledge(store, target)
     waiting = inbox.pending(job)
