@@ -9,13 +9,20 @@ from __future__ import annotations
 import re
 from datetime import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from daedalus.connectors.prometheus import PrometheusSettings
-from daedalus.connectors.settings import Duration, NonNegativeDuration, Strict
+from daedalus.connectors.settings import (
+    Duration,
+    NonNegativeDuration,
+    Rfc1123Label,
+    Rfc1123Subdomain,
+    Strict,
+    invalid,
+)
 from daedalus.connectors.sim_persistent import SimSettings
 from daedalus.models.config import LoopConfig, Mode
 from daedalus.models.errors import ConfigurationError
@@ -28,13 +35,23 @@ ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplic
 
 
 class ScaleTarget(Strict):
+    """What the loop rescales. Namespace and name become URL path segments of the Kubernetes API: only valid
+    Kubernetes names pass (a namespace `..` must never reach another path)."""
+
     kind: ScaleKind
-    namespace: str = "default"
-    name: str
-    # FlinkDeployment: scale TaskManager replicas or the job's scaleout.
-    flink_field: Literal["taskmanager.replicas", "job.parallelism"] = "job.parallelism"
+    namespace: Rfc1123Label = "default"
+    name: Rfc1123Subdomain
     ready_timeout: Duration = 120.0  # after a patch, wait this long for the new scale-out to be ready
     path: str | None = None  # spark-local: the job's working folder
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "flink_field" in data:
+            raise invalid("flink_field was removed: a FlinkDeployment is scaled through its scale subresource, "
+                          "which sets spec.taskManager.replicas (the operator's CRD maps it there; with the "
+                          "reactive scheduler the job's parallelism follows the TaskManagers): delete the key")
+        return data
 
 
 class ScaleOut(Strict):
@@ -64,7 +81,7 @@ class Blackout(Strict):
 
 
 class JobSpec(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    name: Rfc1123Label  # also a deployment's name, an artifact key and a store folder
     engine: Engine
     prometheus: PrometheusSettings | None = None
     selector: dict[str, str] = Field(default_factory=dict)

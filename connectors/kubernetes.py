@@ -1,18 +1,20 @@
-"""Execute through the Kubernetes API: change a job's scale-out, exactly once per decision.
+"""Execute through the Kubernetes API: change a job's scale-out through the target's `scale` subresource only.
 
-Targets: `Deployment` and `StatefulSet` through their `scale` subresource (Flink reactive-mode TaskManagers,
-Kafka Streams instances); a Flink Kubernetes Operator `FlinkDeployment` (TaskManager replicas or the job's
-parallelism, per job); a Spark operator `SparkApplication` (executor instances).
+Targets: `Deployment` and `StatefulSet` (Flink reactive-mode TaskManagers, Kafka Streams instances), a Flink
+Kubernetes Operator `FlinkDeployment` (its CRD maps the scale subresource to `spec.taskManager.replicas`; with
+the reactive scheduler the job's parallelism follows), a Spark operator `SparkApplication` (needs a CRD that
+declares a scale subresource, e.g. on `spec.executor.instances`: the upstream CRD has none).
 
-Exactly once: the decision id is written as the annotation `daedalus.io/decision` on the target object, and
-an execute that finds its decision already there does nothing. Custom resources get the new scale-out and
-the annotation in one merge patch; for Deployments and StatefulSets the scale subresource is patched first
-and the annotation after (a retry after a crash in between patches the same replicas again: harmless).
-Every write carries the resourceVersion it read: a 409 conflict re-reads and retries. 403/404/422 (and
-other 4xx) fail at once with the API's own message; 5xx, timeouts and connection errors retry with
-exponential backoff. `dry_run` sends the same patches with the server-side `dryRun=All`.
-After a patch, the scaler polls the object with growing pauses (0.5 s doubling to 5 s, no busy wait) until
-the new scale-out is ready or `ready_timeout` passes.
+Only `get` and `patch` of `<kind>/scale` are used, so the worker's RBAC grants nothing that could rewrite a pod
+template (deployments/k8s/rbac.yaml). Exactly once is the loop's write-ahead intent, kept in its own store; the
+scaler is idempotent on the value: a target already at the wanted scale-out is not patched again. Every patch
+carries the resourceVersion it read: a 409 conflict re-reads and retries. 403/404/422 (and other 4xx) fail at
+once with the API's own message; 5xx, timeouts and connection errors retry with exponential backoff. `dry_run`
+sends the same patch with the server-side `dryRun=All`.
+After a patch, the scaler polls the scale subresource with growing pauses (0.5 s doubling to 5 s, no busy
+wait) until its `status.replicas` reaches the new scale-out or `ready_timeout` passes. That is all the Scale
+object says: the controller runs that many replicas (for Deployments and StatefulSets: pods created, not
+necessarily Ready). Whether they work is the monitor's to see, in the workers' metrics.
 """
 
 from __future__ import annotations
@@ -28,24 +30,22 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from daedalus.connectors.settings import label_problem, subdomain_problem
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
 if TYPE_CHECKING:
     from daedalus.connectors.jobs import JobSpec
 
-ANNOTATION = "daedalus.io/decision"
-SCALE_OUT_ANNOTATION = "daedalus.io/scale-out"
 MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True)
 class Kind:
-    """Where a kind lives in the API and which field holds its scale-out."""
+    """Where a kind lives in the API."""
 
     group: str
     version: str
     plural: str
-    field: tuple[str, ...]  # path of the scale-out in the object
 
     @property
     def builtin(self) -> bool:
@@ -53,27 +53,11 @@ class Kind:
 
 
 KINDS = {
-    "Deployment": Kind("apps", "v1", "deployments", ("spec", "replicas")),
-    "StatefulSet": Kind("apps", "v1", "statefulsets", ("spec", "replicas")),
-    "FlinkDeployment": Kind("flink.apache.org", "v1beta1", "flinkdeployments", ("spec", "job", "parallelism")),
-    "SparkApplication": Kind("sparkoperator.k8s.io", "v1beta2", "sparkapplications",
-                             ("spec", "executor", "instances")),
+    "Deployment": Kind("apps", "v1", "deployments"),
+    "StatefulSet": Kind("apps", "v1", "statefulsets"),
+    "FlinkDeployment": Kind("flink.apache.org", "v1beta1", "flinkdeployments"),
+    "SparkApplication": Kind("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
 }
-FLINK_FIELDS = {"job.parallelism": ("spec", "job", "parallelism"),
-                "taskmanager.replicas": ("spec", "taskManager", "replicas")}
-
-
-def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj
-
-
-def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out: Any = value
-    for key in reversed(path):
-        out = {key: out}
-    return out
 
 
 def api_message(exc: ApiException) -> str:
@@ -86,22 +70,22 @@ def api_message(exc: ApiException) -> str:
 
 
 class KubernetesScaler:
-    """Scaler for Kubernetes targets through the official client."""
+    """Scaler for Kubernetes targets through the official client, on their scale subresource."""
 
-    def __init__(self, kind: str, namespace: str, name: str, api: client.ApiClient,
-                 flink_field: str = "job.parallelism", ready_timeout_s: float = 120.0, attempts: int = 4,
-                 backoff_s: float = 0.5, request_timeout_s: float = 10.0,
+    def __init__(self, kind: str, namespace: str, name: str, api: client.ApiClient, ready_timeout_s: float = 120.0,
+                 attempts: int = 4, backoff_s: float = 0.5, request_timeout_s: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if kind not in KINDS:
             raise ConfigurationError(f"field scale_target.kind: no Kubernetes kind {kind!r}; known: "
                                      f"{', '.join(sorted(KINDS))}")
+        for field, problem in (("namespace", label_problem(namespace)), ("name", subdomain_problem(name))):
+            if problem is not None:  # they become URL path segments
+                raise ConfigurationError(f"field scale_target.{field}: {problem}")
         self.kind, self.namespace, self.name = kind, namespace, name
-        k = KINDS[kind]
-        self._kind = Kind(k.group, k.version, k.plural, FLINK_FIELDS[flink_field]) if kind == "FlinkDeployment" else k
+        self._kind = KINDS[kind]
         self.ready_timeout_s, self.attempts, self.backoff_s = ready_timeout_s, attempts, backoff_s
         self.request_timeout_s = request_timeout_s
         self._sleep = sleep
-        self._api = api
         self._apps = client.AppsV1Api(api)
         self._custom = client.CustomObjectsApi(api)
 
@@ -112,7 +96,7 @@ class KubernetesScaler:
         if t.kind not in KINDS:
             raise ConfigurationError(f"job {spec.name!r}: field scale_target.kind: {t.kind!r} is not a Kubernetes "
                                      f"kind; known: {', '.join(sorted(KINDS))}")
-        return cls(t.kind, t.namespace, t.name, api or _api_client(spec.name), t.flink_field, t.ready_timeout)
+        return cls(t.kind, t.namespace, t.name, api or _api_client(spec.name), t.ready_timeout)
 
     @property
     def target(self) -> str:
@@ -137,58 +121,61 @@ class KubernetesScaler:
             delay, attempt = min(2 * delay, 10.0), attempt + 1
 
     def _read(self) -> dict[str, Any]:
-        """The target object as the API returns it (raw JSON: no client-side model validation)."""
+        """The target's Scale object as the API returns it (raw JSON: no client-side model validation)."""
         k, opts = self._kind, {"_request_timeout": self.request_timeout_s, "_preload_content": False}
         if k.builtin:
-            reader = (self._apps.read_namespaced_deployment if self.kind == "Deployment"
-                      else self._apps.read_namespaced_stateful_set)
+            reader = (self._apps.read_namespaced_deployment_scale if self.kind == "Deployment"
+                      else self._apps.read_namespaced_stateful_set_scale)
             response = self._retrying("read", lambda: reader(self.name, self.namespace, **opts))
         else:
-            response = self._retrying("read", lambda: self._custom.get_namespaced_custom_object(
+            response = self._retrying("read", lambda: self._custom.get_namespaced_custom_object_scale(
                 k.group, k.version, self.namespace, k.plural, self.name, **opts))
         return json.loads(response.data)
 
-    def _patch(self, body: dict[str, Any], dry_run: bool, scale: bool = False) -> None:
+    def _patch(self, body: dict[str, Any], dry_run: bool) -> None:
         k = self._kind
         opts = {"dry_run": "All" if dry_run else None, "_request_timeout": self.request_timeout_s,
                 "_content_type": MERGE_PATCH, "_preload_content": False}
         if k.builtin:
-            apps, dep = self._apps, self.kind == "Deployment"
-            if scale:
-                fn = apps.patch_namespaced_deployment_scale if dep else apps.patch_namespaced_stateful_set_scale
-            else:
-                fn = apps.patch_namespaced_deployment if dep else apps.patch_namespaced_stateful_set
+            fn = (self._apps.patch_namespaced_deployment_scale if self.kind == "Deployment"
+                  else self._apps.patch_namespaced_stateful_set_scale)
             self._retrying("patch", lambda: fn(self.name, self.namespace, body, **opts))
         else:
-            self._retrying("patch", lambda: self._custom.patch_namespaced_custom_object(
+            self._retrying("patch", lambda: self._custom.patch_namespaced_custom_object_scale(
                 k.group, k.version, self.namespace, k.plural, self.name, body, **opts))
 
     def _failed(self, exc: ApiException, what: str) -> ConnectorError:
-        return ConnectorError(f"{self.target}: {what} refused: {exc.status} {exc.reason}: {api_message(exc)}")
+        hint = ""
+        if exc.status == 404 and not self._kind.builtin:
+            hint = (f" (if the {self.kind} exists, its CustomResourceDefinition declares no scale subresource: "
+                    "Daedalus scales only through `subresources.scale`)")
+        return ConnectorError(f"{self.target}: {what} refused: {exc.status} {exc.reason}: {api_message(exc)}{hint}")
 
     # --- the Scaler protocol ------------------------------------------------------------------
 
     def current(self, job: str) -> int:
         try:
-            obj = self._read()
+            scale = self._read()
         except ApiException as exc:
             raise self._failed(exc, "read") from exc
-        value = _get(obj, self._kind.field)
+        return self._replicas(scale)
+
+    def _replicas(self, scale: dict[str, Any]) -> int:
+        value = (scale.get("spec") or {}).get("replicas")
         if not isinstance(value, int):
-            raise ConnectorError(f"{self.target}: no scale-out at {'.'.join(self._kind.field)} (found {value!r})")
+            raise ConnectorError(f"{self.target}: its scale subresource has no spec.replicas (found {value!r})")
         return value
 
     def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
         """Apply (or, with dry_run, have the API server validate) the new scale-out; returns a ledger message."""
         for _ in range(self.attempts):
             try:
-                obj = self._read()
-                annotations = _get(obj, ("metadata", "annotations")) or {}
-                before = _get(obj, self._kind.field)
-                if annotations.get(ANNOTATION) == decision_id:
-                    return (f"{self.target}: decision {decision_id} already applied "
-                            f"(scale-out {before}): not applying it twice")
-                self._apply(obj, target, decision_id, dry_run)
+                scale = self._read()
+                before = self._replicas(scale)
+                if before == target:
+                    return f"{self.target} already at {target}: nothing to patch (decision {decision_id})"
+                version = (scale.get("metadata") or {}).get("resourceVersion")
+                self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run)
             except ApiException as exc:
                 if exc.status == 409:
                     continue  # someone else wrote in between: read again and retry
@@ -199,41 +186,16 @@ class KubernetesScaler:
         raise ConnectorError(f"{self.target}: {self.attempts} conflicts in a row (409): the object keeps changing; "
                              "not scaled")
 
-    def _apply(self, obj: dict[str, Any], target: int, decision_id: str, dry_run: bool) -> None:
-        version = _get(obj, ("metadata", "resourceVersion"))
-        notes = {ANNOTATION: decision_id, SCALE_OUT_ANNOTATION: str(target)}
-        if self._kind.builtin:
-            self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run, scale=True)
-            self._patch({"metadata": {"annotations": notes}}, dry_run)
-        else:
-            body = _nest(self._kind.field, target)
-            body["metadata"] = {"resourceVersion": version, "annotations": notes}
-            self._patch(body, dry_run)
-
     # --- readiness ----------------------------------------------------------------------------
 
-    def _ready(self, obj: dict[str, Any], target: int) -> tuple[bool, str]:
-        status = obj.get("status") or {}
-        generation = _get(obj, ("metadata", "generation"))
-        observed = status.get("observedGeneration")
-        caught_up = observed is None or generation is None or observed >= generation
-        if self._kind.builtin:
-            ready = status.get("readyReplicas") or 0
-            return caught_up and ready == target, f"{ready} of {target} replicas ready"
-        if self.kind == "FlinkDeployment":
-            life, state = status.get("lifecycleState"), _get(status, ("jobStatus", "state"))
-            return caught_up and life == "STABLE" and state == "RUNNING", f"lifecycle {life}, job {state}"
-        executors = status.get("executorState") or {}
-        running = sum(1 for s in executors.values() if s == "RUNNING")
-        app = _get(status, ("applicationState", "state"))
-        return app == "RUNNING" and running == target, f"application {app}, {running} of {target} executors running"
-
     def _wait_ready(self, target: int) -> str:
+        """Until the Scale object's status shows `target` replicas (see the module docstring for what that says)."""
         started = time.monotonic()
         pause = 0.5
         while True:
             try:
-                ok, how = self._ready(self._read(), target)
+                replicas = (self._read().get("status") or {}).get("replicas") or 0
+                ok, how = replicas == target, f"the controller reports {replicas} of {target} replicas"
             except (ApiException, ConnectorError) as exc:
                 ok, how = False, f"status unreadable ({exc})"
             waited = time.monotonic() - started

@@ -3,7 +3,9 @@
 A template names what the monitor phase needs; `${...}` placeholders are filled from the job's entry:
 
 - `${selector}`: the job's label matchers, `k1="v1", k2="v2"` (values escaped as PromQL strings);
-- `${selector.KEY}` and `${source.KEY}`: one value as a complete, quoted PromQL string (`"ad-events"`);
+- `${selector.KEY}` and `${source.KEY}`: one value as a complete, quoted PromQL string (`"ad-events"`); right
+  after a regex matcher (`=~`, `!~`) the value is first escaped for RE2, so it matches itself only (`.*` is
+  the two characters, not everything);
 - `${window}`: the rate window (4 × the query step, at least 1 s); `${range}`: the loop's window (resets);
 - `${stale}`: how old a worker's newest sample may be before it counts as stale (default 2 × the step).
 
@@ -12,6 +14,9 @@ job name, selector or topic cannot change the structure of a query (no PromQL in
 
 Per-worker templates (`WORKER_KEYS`) aggregate `by (pod)`: the monitor aligns workers on the `pod` label.
 Clusters that label workers differently override the template with `label_replace(..., "pod", ...)`.
+`duplicates` (`CHECK_KEYS`) returns the raw series of a metric each worker exports exactly once (its JVM CPU
+load), for the pods that export it more than once: a pod scraped twice (two overlapping scrape jobs) would
+double its throughput under `sum by (pod)`, so the monitor holds and names the labels that differ.
 """
 
 from __future__ import annotations
@@ -24,11 +29,20 @@ from daedalus.models.errors import ConfigurationError
 WORKER_LABEL = "pod"
 JOB_KEYS = ("workload", "lag", "scaleout", "uptime")
 WORKER_KEYS = ("throughput", "cpu", "fresh")  # fresh: samples of each worker in the last ${stale}, absent if none
+CHECK_KEYS = ("duplicates",)  # raw series of every worker that exports its one-per-worker metric more than once
 OPTIONAL_KEYS = ("resets",)  # number of counter resets in the loop's window
-KEYS = (*JOB_KEYS, *WORKER_KEYS, *OPTIONAL_KEYS)
+KEYS = (*JOB_KEYS, *WORKER_KEYS, *CHECK_KEYS, *OPTIONAL_KEYS)
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z_]+)(?:\.([A-Za-z0-9_.-]+))?\}")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_REGEX_MATCHER = re.compile(r"[=!]~\s*$")  # a placeholder right after this is a regex
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def duplicated(series: str) -> str:
+    """The series of `series` (one per worker, normally) for the pods that have more than one of them."""
+    return f"{series} and on ({WORKER_LABEL}) (count by ({WORKER_LABEL}) ({series}) > 1)"
+
 
 # Kafka broker (JMX exporter): messages arriving per topic, the workload of any Kafka-fed job.
 BROKER_MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesin_total{topic=${source.topic}}"
@@ -46,6 +60,7 @@ FLINK = {
     '{${selector}, operator_name=~"Source.*"})',
     "cpu": "max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{${selector}})",
     "fresh": "sum by (pod) (count_over_time(flink_taskmanager_Status_JVM_CPU_Load{${selector}}[${stale}]))",
+    "duplicates": duplicated("flink_taskmanager_Status_JVM_CPU_Load{${selector}}"),
     "lag": "sum(flink_taskmanager_job_task_operator_pendingRecords{${selector}})",
     "scaleout": "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})",
     "uptime": "max(flink_jobmanager_job_uptime{${selector}}) / 1000",
@@ -58,6 +73,7 @@ KAFKA_STREAMS = {
     "throughput": f"sum by (pod) (rate({_KS_PROCESS}[${{window}}]))",
     "cpu": "max by (pod) (java_lang_operatingsystem_processcpuload{${selector}})",
     "fresh": "sum by (pod) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
+    "duplicates": duplicated("java_lang_operatingsystem_processcpuload{${selector}}"),
     "lag": "sum(kafka_consumer_consumer_fetch_manager_metrics_records_lag{${selector}, topic=${source.topic}})",
     "scaleout": "count(max by (pod) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
     "uptime": "time() - max(process_start_time_seconds{${selector}})",
@@ -76,6 +92,7 @@ SPARK = {
     f"(sum(rate({_SPARK_READ}[${{window}}])) / count({_SPARK_CPU}))",
     "cpu": f"max by (pod) ({_SPARK_CPU})",
     "fresh": f"sum by (pod) (count_over_time({_SPARK_CPU}[${{stale}}]))",
+    "duplicates": duplicated(_SPARK_CPU),
     "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
     "scaleout": f"count(max by (pod) ({_SPARK_CPU}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
@@ -100,6 +117,11 @@ def quote(value: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+def regex_literal(value: str) -> str:
+    """An RE2 pattern that matches exactly `value` (Prometheus anchors label regexes at both ends)."""
+    return "".join("\\" + ch if ch in _RE2_SPECIAL else ch for ch in value)
 
 
 def matchers(selector: Mapping[str, str], where: str = "selector") -> str:
@@ -147,7 +169,8 @@ class QuerySet:
                 if sub not in values:
                     raise ConfigurationError(f"job {self.job!r}: field {name}.{sub}: missing, and the {key} query "
                                              f"needs it (template {template!r})")
-                return quote(values[sub])
+                regex = _REGEX_MATCHER.search(template, 0, m.start()) is not None
+                return quote(regex_literal(values[sub]) if regex else values[sub])
             if sub is None and name in ("selector", "window", "range", "stale"):
                 return {"selector": self._matchers, "window": self._window, "range": duration(range_s),
                         "stale": self._stale}[name]

@@ -44,10 +44,14 @@ def decode(blob: bytes) -> bytes:
     header, sep, payload = blob.partition(b"\n")
     if not sep or not header.startswith(MAGIC):
         raise KnowledgeError("not a knowledge file (header missing)")
-    fields = dict(p.split("=", 1) for p in header[len(MAGIC):].decode().split())
-    if int(fields.get("bytes", -1)) != len(payload):
-        raise KnowledgeError(f"truncated: {len(payload)} of {fields.get('bytes')} bytes")
-    if hashlib.sha256(payload).hexdigest() != fields.get("sha256"):
+    try:  # a garbled header is a corrupt version like any other: the store falls back on the previous one
+        fields = dict(p.split("=", 1) for p in header[len(MAGIC):].decode().split())
+        size, digest = int(fields["bytes"]), fields["sha256"]
+    except (ValueError, KeyError) as exc:  # no `=`, bytes=zz, not UTF-8 (a ValueError), a field missing
+        raise KnowledgeError(f"malformed header {header[:120]!r}") from exc
+    if size != len(payload):
+        raise KnowledgeError(f"truncated: {len(payload)} of {size} bytes")
+    if hashlib.sha256(payload).hexdigest() != digest:
         raise KnowledgeError("checksum mismatch")
     return payload
 

@@ -50,7 +50,7 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
         (job(checkpoint_interval="soon"), "field checkpoint_interval: Value error, not a duration: 'soon'"),
         (job(queries={"bogus": "up"}), "field queries.bogus: not a query the monitor uses"),
         (job(selector={"bad label": "x"}), "field selector"),
-        (job(name="Bad_Name"), "field name: String should match pattern"),
+        (job(name="Bad_Name"), "field name: 'Bad_Name' must be a lowercase RFC 1123 label"),
     ],
 )
 def test_each_error_names_file_job_and_field(data, expected):

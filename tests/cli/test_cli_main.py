@@ -35,7 +35,8 @@ def test_one_option_name_for_the_jobs_file_the_store_and_the_scale_out():
                 **{f"bench {n}": c for n, c in group.commands["bench"].commands.items()}}
     opts = {name: options(cmd) for name, cmd in commands.items()}
     assert {n for n, o in opts.items() if "--jobs-file" in o} == {
-        "observe", "deploy", "status", "approve", "reject", "pause", "resume", "scale", "jobs check", "exporter", "step"}
+        "observe", "deploy", "status", "approve", "reject", "pause", "resume", "scale", "jobs check", "exporter",
+        "step"}
     assert {n for n, o in opts.items() if "--jobs" in o and not n.startswith("bench")} == {"retrain"}  # job names
     store_options = {x for o in opts.values() for x in o if "store" in x}
     assert store_options == {"--store"}

@@ -13,13 +13,15 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
+from urllib.parse import quote as url_quote
 
 import numpy as np
 import pytest
+import requests
 from connectors_support import needs_prometheus
 
 from daedalus.connectors.jobs import parse_jobs
-from daedalus.connectors.prometheus import PrometheusSource
+from daedalus.connectors.prometheus import PrometheusSource, _Budget
 from daedalus.connectors.promql import QuerySet
 from daedalus.models.errors import ConnectorError
 from daedalus.models.loop import observe_or_hold
@@ -42,30 +44,41 @@ def _case(ns: str) -> dict:
         "scalein": {"stops": ("tm-2", T0 + 450), "tms_after": (T0 + 450, 2)},  # tm-2 removed by a scale-in
         "nan": {"nan_cpu": ("tm-0", T0 + 510)},
         "reset": {"reset_at": T0 + 480},
+        "subtasks": {"subtasks": 2},  # each TaskManager runs two source subtasks: two throughput series per pod
+        "dup": {"subtasks": 2, "dup": ("tm-1", ("a:9249", "b:9249"))},  # and tm-1 is scraped by two targets
     }[ns]
 
 
-CASES = ("ok", "partial", "onlythroughput", "stale", "scalein", "nan", "reset")
+CASES = ("ok", "partial", "onlythroughput", "stale", "scalein", "nan", "reset", "subtasks", "dup")
+REGEX_PROBE = {".*": 1, "anything": 2, "x": 4}  # app label value → sample value
 
 
 def _openmetrics() -> str:
     times = range(T0, T0 + 601, STEP)
-    fam: dict[str, list[str]] = {k: [] for k in ("thr", "cpu", "lag", "tms", "up", "msg")}
+    fam: dict[str, list[str]] = {k: [] for k in ("thr", "cpu", "lag", "tms", "up", "msg", "probe")}
     for ns in CASES:
         c = _case(ns)
+        subtasks = c.get("subtasks", 1)
         for k, pod in enumerate(PODS):
+            dup = c.get("dup")
             for i, t in enumerate(times):
                 if "stops" in c and c["stops"][0] == pod and t >= c["stops"][1]:
                     continue
-                labels = f'namespace="{ns}",cluster="c1",pod="{pod}"'
-                fam["thr"].append(f'flink_taskmanager_job_task_operator_numRecordsOutPerSecond{{{labels},'
-                                  f'operator_name="Source: events"}} {1000 * (k + 1) + i} {t}')
-                gap = c.get("cpu_gap")
-                if c.get("no_cpu") != pod and not (gap and gap[0] == pod and gap[1] <= t <= gap[2]):
-                    nan = c.get("nan_cpu")
-                    value = "NaN" if nan and nan == (pod, t) else f"{0.1 * (k + 1) + 0.001 * i:.3f}"
-                    fam["cpu"].append(f"flink_taskmanager_Status_JVM_CPU_Load{{{labels}}} {value} {t}")
-                fam["lag"].append(f"flink_taskmanager_job_task_operator_pendingRecords{{{labels}}} {10 * (k + 1)} {t}")
+                for instance in dup[1] if dup and dup[0] == pod else (None,):
+                    labels = f'namespace="{ns}",cluster="c1",pod="{pod}"'
+                    labels += f',instance="{instance}"' if instance else ""
+                    for st in range(subtasks):
+                        sub = f',subtask_index="{st}"' if subtasks > 1 else ""
+                        fam["thr"].append(f'flink_taskmanager_job_task_operator_numRecordsOutPerSecond{{{labels},'
+                                          f'operator_name="Source: events"{sub}}} {(1000 * (k + 1) + i) / subtasks:g} '
+                                          f"{t}")
+                    gap = c.get("cpu_gap")
+                    if c.get("no_cpu") != pod and not (gap and gap[0] == pod and gap[1] <= t <= gap[2]):
+                        nan = c.get("nan_cpu")
+                        value = "NaN" if nan and nan == (pod, t) else f"{0.1 * (k + 1) + 0.001 * i:.3f}"
+                        fam["cpu"].append(f"flink_taskmanager_Status_JVM_CPU_Load{{{labels}}} {value} {t}")
+                    fam["lag"].append(f"flink_taskmanager_job_task_operator_pendingRecords{{{labels}}} "
+                                      f"{10 * (k + 1)} {t}")
         for i, t in enumerate(times):
             after = c.get("tms_after")
             tms = after[1] if after and t >= after[0] else 3
@@ -75,12 +88,15 @@ def _openmetrics() -> str:
             if c.get("reset_at") is not None and t >= c["reset_at"]:
                 count = 15 * 1000 * (i - (c["reset_at"] - T0) // STEP)
             fam["msg"].append(f'kafka_server_brokertopicmetrics_messagesin_total{{topic="{ns}-events"}} {count} {t}')
+    for app, value in REGEX_PROBE.items():
+        fam["probe"] += [f'daedalus_regex_probe{{app="{app}"}} {value} {t}' for t in times]
     types = {"thr": ("flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "gauge"),
              "cpu": ("flink_taskmanager_Status_JVM_CPU_Load", "gauge"),
              "lag": ("flink_taskmanager_job_task_operator_pendingRecords", "gauge"),
              "tms": ("flink_jobmanager_numRegisteredTaskManagers", "gauge"),
              "up": ("flink_jobmanager_job_uptime", "gauge"),
-             "msg": ("kafka_server_brokertopicmetrics_messagesin", "counter")}
+             "msg": ("kafka_server_brokertopicmetrics_messagesin", "counter"),
+             "probe": ("daedalus_regex_probe", "gauge")}
     lines = []
     for key, (name, kind) in types.items():
         lines.append(f"# TYPE {name} {kind}")
@@ -176,6 +192,35 @@ def test_an_injection_attempt_matches_nothing(prom_url):
         PrometheusSource("x", queries, prom_url, step_s=STEP).observe("x", SINCE, UNTIL)
 
 
+def test_several_subtasks_per_pod_are_summed_and_are_not_duplicates(prom_url):
+    obs = _source(prom_url, "subtasks").observe("subtasks", SINCE, UNTIL)
+    assert obs.holds == ()
+    i = (GRID - T0) / STEP
+    for k, pod in enumerate(PODS):
+        np.testing.assert_allclose(obs.throughput[pod], 1000 * (k + 1) + i)
+
+
+def test_a_pod_scraped_twice_holds_naming_the_labels_that_differ(prom_url):
+    obs = _source(prom_url, "dup").observe("dup", SINCE, UNTIL)
+    assert obs.holds == ("duplicate series: pod tm-1 is scraped 2× (instance=a:9249, instance=b:9249): its throughput "
+                         "would count more than once; fix the scrape config (one scrape job and target per pod)",)
+    i = (GRID - T0) / STEP
+    np.testing.assert_allclose(obs.throughput["tm-1"], 2 * (2000 + i))  # what the hold keeps the loop from using
+
+
+def test_a_selector_value_in_a_regex_matcher_matches_only_itself(prom_url):
+    template = "sum(daedalus_regex_probe{app=~${selector.app}})"
+    rendered = QuerySet("x", "flink", {"app": ".*"}, {"topic": "t"}, {"lag": template}, 60).query("lag")
+    assert rendered == r'sum(daedalus_regex_probe{app=~"\\.\\*"})'
+
+    def value(query: str) -> float:
+        answer = requests.get(f"{prom_url}/api/v1/query?query={url_quote(query)}&time={UNTIL}", timeout=10).json()
+        return float(answer["data"]["result"][0]["value"][1])
+
+    assert value(rendered) == REGEX_PROBE[".*"]  # the series literally named `.*`, and no other
+    assert value('sum(daedalus_regex_probe{app=~".*"})') == sum(REGEX_PROBE.values())  # unescaped: all of them
+
+
 def test_from_spec_builds_the_source_from_a_jobs_file_entry(prom_url):
     jobs = parse_jobs({"jobs": [{"name": "ok", "engine": "flink", "prometheus": {"url": prom_url, "step": "15s"},
                                  "selector": {"namespace": "ok", "cluster": "c1"}, "source": {"topic": "ok-events"},
@@ -229,11 +274,12 @@ def _fast(url: str, **kw) -> PrometheusSource:
 def test_5xx_is_retried_a_bounded_number_of_times(flaky):
     _, url = flaky
     _Flaky.script = [(503, 0.0), (502, 0.0), (200, 0.0)]
-    assert _fast(url, retries=3)._range("workload", 999, 1000, 1)[0]["values"] == [[1000, "2"]]
+    assert _fast(url, retries=3)._range("workload", _Budget(time.monotonic() + 10), 999, 1000, 1)[0]["values"] == [
+        [1000, "2"]]
     assert _Flaky.hits == 3
     _Flaky.hits, _Flaky.script = 0, [(500, 0.0)]
     with pytest.raises(ConnectorError, match=r"the workload query failed \(HTTP Status Code 500"):
-        _fast(url, retries=2)._range("workload", 999, 1000, 1)
+        _fast(url, retries=2)._range("workload", _Budget(time.monotonic() + 10), 999, 1000, 1)
     assert _Flaky.hits == 3  # the first try and 2 retries, no more
 
 
@@ -244,6 +290,39 @@ def test_a_timeout_becomes_a_hold_in_the_monitor_phase(flaky):
                           s.observe(j, a, b))
     assert obs.scaleout == 4 and obs.timestamps.size == 0
     assert obs.holds[0].startswith(f"metrics unavailable: prometheus {url} unreachable or timing out after 1 retries")
+
+
+def _prometheus_threads(job: str = "j") -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(f"prometheus-{job}")]
+
+
+@pytest.mark.parametrize("deadline", [1.0, 2.5])
+def test_a_slow_prometheus_is_given_up_at_the_deadline_with_nothing_left_running(flaky, deadline):
+    _, url = flaky
+    _Flaky.script = [(200, 8.0)]  # every answer comes long after the per-request timeout and the deadline
+    source = _fast(url, retries=3, timeout_s=10.0, deadline_s=deadline)
+    started = time.monotonic()
+    with pytest.raises(ConnectorError) as err:
+        source.observe("j", 990, 1000)
+    elapsed = time.monotonic() - started
+    assert str(err.value).startswith(f"metrics too slow: prometheus {url} did not answer the ")
+    assert str(err.value).endswith(f"within the observation's deadline of {deadline:g} s (prometheus.deadline)")
+    assert deadline - 0.05 <= elapsed <= deadline + 0.5
+    while _prometheus_threads() and time.monotonic() - started < deadline + 0.5:
+        time.sleep(0.01)
+    assert _prometheus_threads() == [], "a query outlived the observation's deadline"
+    assert _Flaky.hits <= 4  # 4 requests in flight at once, none started after the deadline
+
+
+def test_retries_and_backoff_stay_within_the_deadline(flaky):
+    _, url = flaky
+    _Flaky.script = [(503, 0.2)]  # slow failures: 10 retries with 0.3 s backoff would take far longer
+    source = PrometheusSource("j", QuerySet("j", "flink", {"namespace": "n"}, {"topic": "t"}, {}, 60), url, step_s=1,
+                              retries=10, backoff_s=0.3, deadline_s=1.5)
+    started = time.monotonic()
+    obs = observe_or_hold("j", source, 990, 1000, scaleout=3, call=lambda j, s, a, b: s.observe(j, a, b))
+    assert time.monotonic() - started <= 1.5 + 0.5
+    assert obs.holds[0].startswith(f"metrics unavailable: metrics too slow: prometheus {url} did not answer")
 
 
 def test_an_unreachable_prometheus_holds():

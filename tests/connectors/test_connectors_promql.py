@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daedalus.connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote
+from daedalus.connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote, regex_literal
 from daedalus.models.errors import ConfigurationError
 
 
@@ -43,7 +43,7 @@ def test_flink_queries_render_with_the_job_labels():
 
 def test_every_engine_defines_every_required_query():
     for engine, templates in ENGINES.items():
-        missing = {k for k in KEYS if k != "resets"} - set(templates)
+        missing = {k for k in KEYS if k != "resets"} - set(templates)  # duplicates included: every engine checks
         assert not missing, f"{engine} lacks {missing}"
         QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60)
 
@@ -69,3 +69,25 @@ def test_load_time_errors_name_the_job_and_the_field():
         QuerySet("ysb", "flink", {"namespace": "n"}, {"topic": "t"}, {"lag": "sum(x{t=${topic}})"}, 60)
     with pytest.raises(ConfigurationError, match=r"job 'ysb': field engine: no PromQL templates for engine 'storm'"):
         QuerySet("ysb", "storm", {"namespace": "n"}, {}, {}, 60)
+
+
+def test_regex_literal_escapes_every_re2_metacharacter():
+    assert regex_literal(".*") == r"\.\*"
+    assert regex_literal(r"a\b.c+d*e?f(g)h|i[j]k{l}m^n$o") == r"a\\b\.c\+d\*e\?f\(g\)h\|i\[j\]k\{l\}m\^n\$o"
+    assert regex_literal("ad-events_2") == "ad-events_2"
+
+
+def test_a_value_after_a_regex_matcher_matches_itself_only():
+    overrides = {"lag": "sum(x{app=~${selector.app}, topic!~ ${source.topic}, ns=${selector.app}})"}
+    q = QuerySet("j", "flink", {"app": ".*"}, {"topic": 'a|b"'}, overrides, 60)
+    # RE2-escaped first, then quoted as a PromQL string: Prometheus reads the regex \.\* and a\|b"
+    assert q.query("lag") == r'sum(x{app=~"\\.\\*", topic!~ "a\\|b\"", ns=".*"})'
+
+
+def test_every_engine_checks_for_workers_exported_twice():
+    q = QuerySet("ysb", "flink", {"namespace": "streaming"}, {"topic": "t"}, {}, 60)
+    series = 'flink_taskmanager_Status_JVM_CPU_Load{namespace="streaming"}'
+    assert q.query("duplicates") == f"{series} and on (pod) (count by (pod) ({series}) > 1)"
+    for engine in ENGINES:
+        assert "count by (pod)" in QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60).query(
+            "duplicates")
