@@ -8,6 +8,7 @@ to the job's inbox; the loop applies it, so they never block or race the loop.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -23,6 +24,20 @@ from daedalus.models.errors import ValidationError
 from daedalus.tasks import recovery as recovery_tasks
 from daedalus.tasks import retrain as retrain_tasks
 from daedalus.tasks.publish import artifact_key
+
+RECOVERY_WAIT_MIN_S = 600.0  # a monitor waits for recovery at least this long ...
+RECOVERY_WAIT_MAX_S = 1800.0  # ... and at most this long
+RECOVERY_DEADLINE_S = RECOVERY_WAIT_MAX_S + 120.0  # Prefect fails a monitor still running then, whatever it waits on
+
+
+def recovery_wait_s(predicted_recovery_s: float | None, timeout_s: float | None = None) -> float:
+    """How long a monitor polls: twice the predicted recovery time within [10, 30] minutes (30 without a
+    prediction); a `timeout_s` given is kept, up to 30 minutes, so the poll always ends before the deadline."""
+    if timeout_s is not None:
+        return min(timeout_s, RECOVERY_WAIT_MAX_S)
+    if predicted_recovery_s is None or not math.isfinite(predicted_recovery_s):
+        return RECOVERY_WAIT_MAX_S
+    return min(max(2.0 * predicted_recovery_s, RECOVERY_WAIT_MIN_S), RECOVERY_WAIT_MAX_S)
 
 
 def triggers(lake_url: str | None = None) -> dict[str, list[DeploymentEventTrigger]]:
@@ -49,7 +64,7 @@ def triggers(lake_url: str | None = None) -> dict[str, list[DeploymentEventTrigg
 
 
 @flow(name="recovery-monitor", description="Follow workload − throughput after a rescale until the job has "
-      "recovered; record the observed recovery time and downtime.")
+      "recovered; record the observed recovery time and downtime.", timeout_seconds=RECOVERY_DEADLINE_S)
 def recovery_monitor(
     job: str,
     decision: str,
@@ -59,9 +74,12 @@ def recovery_monitor(
     predicted_recovery_s: float | None = None,
     store_url: str = DEFAULT_URL,
     jobs_file: str | None = None,
-    timeout_s: float = 1800.0,
+    timeout_s: float | None = None,
     poll_s: float = 15.0,
 ) -> dict[str, Any]:
+    """Polls for `recovery_wait_s` at most; a run stuck past `RECOVERY_DEADLINE_S` (a hung metrics call) is failed
+    by Prefect, so no monitor outlives its purpose."""
+    timeout_s = recovery_wait_s(predicted_recovery_s, timeout_s)
     target, _ = resolve(job, store_url, jobs_file)
     knowledge = KnowledgeStore(store_url).load(job).knowledge
     detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)

@@ -1,7 +1,8 @@
 """A Prefect server and process workers started on this machine, for the tests and `daedalus bench`.
 
 The server runs on a loopback port with its own PREFECT_HOME (SQLite), analytics off; everything started here
-runs in its own process group and is stopped by that group's id.
+runs in its own process group and is stopped by that group's id. `daedalus worker` gets its stop timeout to stop
+its own parts (they run in sessions of their own) before its group is killed.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daedalus.models.errors import ConnectorError
+from daedalus.runtime.prefork import stop_timeout
 
 # Prefect 3.8.8's scheduler inserts runs with an ORM bulk insert that SQLAlchemy 2.1 refuses ("Can't evaluate
 # bulk DML statement"): with it, deployments get no scheduled runs at all.
 SCHEDULER_BROKEN = "Can't evaluate bulk DML statement"
-
+STOP_GRACE_S = 15.0  # for the server or a plain worker to exit on SIGTERM before its group is killed
 
 BATCHED_WRITES = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
@@ -63,7 +65,7 @@ class LocalPrefect:
     port: int
     server: subprocess.Popen
     log: Path
-    workers: list[subprocess.Popen] = field(default_factory=list)
+    workers: list[tuple[subprocess.Popen, float]] = field(default_factory=list)  # each with the seconds it may stop in
 
     @property
     def api_url(self) -> str:
@@ -85,9 +87,9 @@ class LocalPrefect:
         cmd = ([str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", pool] if prefork else
                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
         cmd += ["--limit", str(limit)] if limit else []
-        proc = subprocess.Popen(cmd, env={**self.env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.workers.append(proc)
+        env = {**self.env(), **(env or {})}
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.workers.append((proc, stop_timeout(env) + 5.0 if prefork else STOP_GRACE_S))
         return proc
 
     def scheduler_errors(self) -> list[str]:
@@ -95,12 +97,12 @@ class LocalPrefect:
         return [line for line in text.splitlines() if SCHEDULER_BROKEN in line]
 
     def stop(self) -> None:
-        for proc in [*self.workers, self.server]:
-            _stop_group(proc)
+        for proc, grace_s in [*self.workers, (self.server, STOP_GRACE_S)]:
+            _stop_group(proc, grace_s)
         self.workers.clear()
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is not None:
         return
     try:
