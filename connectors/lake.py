@@ -107,17 +107,34 @@ def observation_table(obs: Observation) -> pa.Table:
     )
 
 
+def _holds(expected: pa.DataType, actual: pa.DataType) -> bool:
+    """Whether a file's column type holds the lake's values: a signed integer of any width for an integer column
+    (pandas writes int64), float32 or float64 for a double (Spark reads no half floats)."""
+    if pa.types.is_integer(expected):
+        return pa.types.is_signed_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_float32(actual) or pa.types.is_float64(actual)
+    return actual == expected
+
+
 def schema_problems(schema: pa.Schema) -> list[str]:
-    """What is wrong with a data file's schema against FILE_SCHEMA: missing columns and wrong types."""
+    """What is wrong with a data file's schema against FILE_SCHEMA: missing columns and types that cannot hold
+    the values (another integer or float width is the same values, not a problem)."""
     problems = []
     for field in FILE_SCHEMA:
         if field.name not in schema.names:
             problems.append(f"column {field.name} missing")
             continue
         actual = schema.field(field.name).type
-        if actual != field.type:
+        if not _holds(field.type, actual):
             problems.append(f"column {field.name} is {actual}, expected {field.type}")
     return problems
+
+
+def _as_lake(table: pa.Table) -> pa.Table:
+    """A table read from a file without schema problems, in the lake's column types (and order)."""
+    names = [f.name for f in FILE_SCHEMA if f.name in table.column_names]
+    return table.select(names).cast(pa.schema([FILE_SCHEMA.field(n) for n in names]))
 
 
 @dataclass(frozen=True)
@@ -267,7 +284,7 @@ class Lake:
                         f"lake file {self.uri(file.path)} of job {job!r} does not have the lake's schema: "
                         f"{'; '.join(problems)}. Fix or remove the file."
                     )
-                tables.append(pf.read(columns=wanted))
+                tables.append(_as_lake(pf.read(columns=wanted)))
         frame = (pa.concat_tables(tables) if tables else FILE_SCHEMA.empty_table().select(wanted)).to_pandas()
         if "timestamp" in frame:
             stamps = frame["timestamp"].astype("int64") / 1e6
@@ -301,7 +318,7 @@ class Lake:
                     pf = pq.ParquetFile(f)
                     if schema_problems(pf.schema_arrow):
                         continue  # a foreign file stays as it is, for validation to report
-                    tables.append(pf.read())
+                    tables.append(_as_lake(pf.read()))
                 merged_paths.append(file.path)
             if len(tables) < min_files:
                 continue

@@ -208,11 +208,16 @@ def read_lake(spark: SparkSession, lake: Lake, since: float | None = None, until
         else:
             good.append(lake.uri(file.path))
 
-    schema = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in LAKE_FILE_SCHEMA) + ", job string, date string"
+    kinds = {f.name: _spark_type(f.type) for f in LAKE_FILE_SCHEMA}
+    partitions = ", job string, date string"
+    schema = ", ".join(f"{name} {kind}" for name, kind in kinds.items()) + partitions
+    # A well-formed file may hold its integers at any width (pandas writes int64): Spark widens a narrower column
+    # to the type it is asked for but never narrows one, so integers are scanned as bigint and narrowed below.
+    scan = ", ".join(f"{name} {'bigint' if kind == 'int' else kind}" for name, kind in kinds.items()) + partitions
     base = lake.uri(lake.root)
     frames = []
     if good:
-        frames.append(spark.read.schema(schema).option("basePath", base).parquet(*good)
+        frames.append(spark.read.schema(scan).option("basePath", base).parquet(*good)
                       .withColumn("schema_error", F.lit(None).cast("string")))
     for problems, paths in foreign.items():
         raw = spark.read.option("basePath", base).parquet(*paths)
@@ -235,7 +240,8 @@ def read_lake(spark: SparkSession, lake: Lake, since: float | None = None, until
         rows = rows.filter(F.col("timestamp") <= F.lit(until).cast("timestamp"))
     doubles = {"workload", "throughput", "cpu", "lag"}
     rows = rows.select(*[
-        (F.when(F.isnan(c), None).otherwise(F.col(c)) if c in doubles else F.col(c)).alias(c)
+        (F.when(F.isnan(c), None).otherwise(F.col(c)) if c in doubles
+         else F.col(c).try_cast(kinds[c]) if kinds.get(c) == "int" else F.col(c)).alias(c)
         for c in (*columns, "schema_error")
     ])
     return LakeRead(rows, len(files), tuple(unreadable))

@@ -122,6 +122,7 @@ def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str
                          ) -> list[Planned]:
     from daedalus.flows.approval import approve_scale, scale_job
     from daedalus.flows.dashboards import fleet_overview
+    from daedalus.flows.release import release_job
 
     where = {"store_url": store_url, "jobs_file": jobs_file}
     jv = dict(job_variables or {})
@@ -131,6 +132,8 @@ def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str
                 job_variables=jv),
         Planned(flow=scale_job, name="scale-job", parameters=dict(where), tags=(TAG, "operator"),
                 description="Scale a job by hand (job, scaleout, reason), within its limits.", job_variables=jv),
+        Planned(flow=release_job, name="release-job", parameters=dict(where), tags=(TAG, "operator"),
+                description="Lift a job's quarantine by metric validation by hand (job, reason).", job_variables=jv),
         Planned(flow=fleet_overview, name="fleet-overview", parameters={"jobs_file": jobs_file,
                                                                         "store_url": store_url},
                 tags=(TAG, "dashboard"), description="Every job: scale-out, mode, last action, health.",

@@ -17,6 +17,7 @@ from daedalus.connectors.clock import WALL
 from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
 from daedalus.connectors.spark import SparkSettings
 from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
+from daedalus.models.errors import ValidationError
 from daedalus.models.expectations import SuiteSettings, ValidationReport
 from daedalus.tasks import lake as lake_tasks
 from daedalus.tasks import retrain as retrain_tasks
@@ -54,14 +55,22 @@ def validate_metrics(
     until: float | None = None,
     max_gap_steps: int = 5,
     throughput_tolerance: float = 0.10,
+    transition_s: float = SuiteSettings.transition_s,
     jobs: list[str] | None = None,
     spark_master: str | None = None,
 ) -> dict[str, Any]:
-    """Validate the window (until − window_s, until]; `until` defaults to now. No store: report only."""
+    """Validate the window (until − window_s, until]; `until` defaults to now. No store: report only.
+
+    An empty window fails the run (ValidationError, which `daedalus validate` turns into exit 1): validation that
+    saw nothing must not pass, and the message says where the lake's newest row is.
+    """
     until = WALL.now() if until is None else until
-    settings = SuiteSettings(max_gap_steps=max_gap_steps, throughput_tolerance=throughput_tolerance)
+    settings = SuiteSettings(max_gap_steps=max_gap_steps, throughput_tolerance=throughput_tolerance,
+                             transition_s=transition_s)
     report = validate_tasks.validate_window(lake_url, until - window_s, until, settings,
                                             SparkSettings.from_env(spark_master), jobs)
+    if report.empty:
+        raise ValidationError(report.empty_reason())
     validate_tasks.publish(report)
     out = summary(report)
     if store_url:

@@ -6,6 +6,8 @@ An observation that fails validation teaches nothing and yields an Analysis carr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from daedalus.models.anomaly import downtime_s, learn_normal, total_throughput, track_recovery
@@ -44,11 +46,20 @@ def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recover
     return observed
 
 
+def quarantine_hold(job: str, quarantine: str, workload: float, capacity: float, scaleout: int) -> str:
+    """The hold of a quarantined job: what validation found and how to lift it. Loud when the workload exceeds
+    the capacity at the current scale-out, since holding then lets the backlog grow until someone releases it."""
+    text = f"quarantined by metric validation: {quarantine}"
+    if math.isfinite(capacity) and 0 < capacity < workload:
+        text += (f". OVERLOADED while held: workload {workload:,.0f}/s exceeds the capacity of {capacity:,.0f}/s at "
+                 f"scale-out {scaleout}, and the backlog grows")
+    return text + (f". Release it when its metrics are sound: daedalus release {job} --reason WHY --jobs-file FILE "
+                   "(or the release-job deployment)")
+
+
 def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Analysis:
     holds = validate_observation(obs, now, k.last_observation_end, cfg.warmup_s, cfg.stale_after_s)
-    if k.quarantine:
-        holds = (*holds, f"quarantined by metric validation: {k.quarantine}")
-    sound = not holds or (k.quarantine is not None and len(holds) == 1)
+    sound = not holds  # a quarantine holds the decisions, but its observations still teach
     if sound:
         k.capacity.update(obs)
         k.forecaster.observe(obs.timestamps, obs.workload)
@@ -64,6 +75,9 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
     recent = finite[-int(cfg.checkpoint_interval):] if finite.size else finite
     recent_workload = float(recent.mean()) if recent.size else 0.0
     lag = float(obs.lag[-1]) if obs.lag.size and np.isfinite(obs.lag[-1]) else 0.0
+    if k.quarantine:
+        capacity = capacities[current - 1] if current <= len(capacities) else math.nan
+        holds = (*holds, quarantine_hold(k.job, k.quarantine, avg_workload, capacity, current))
     return Analysis(
         now=now,
         scaleout=current,

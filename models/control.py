@@ -15,7 +15,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.text import utc
-from daedalus.models.types import Decision
+from daedalus.models.types import Decision, LedgerEntry
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
 KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered",
@@ -27,7 +27,8 @@ class ControlMessage:
     """One instruction for a job's loop. `body` depends on the kind:
 
     approve: proposal, scaleout (optional override), operator · reject: proposal, operator, reason ·
-    scale: scaleout, reason, operator · pause/resume: operator, reason · quarantine: reason · release: – ·
+    scale: scaleout, reason, operator · pause/resume: operator, reason · quarantine: reason ·
+    release: operator, reason (none when a later validation passed) ·
     recovered: decision, observed_recovery_s, downtime_s (optional) · forecaster: state (Forecaster.to_state())
     """
 
@@ -138,7 +139,13 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             out.notes.append(f"quarantined: {k.quarantine}")
         elif msg.kind == "release":
             k.quarantine = None
-            out.notes.append("released from quarantine: metric validation passed")
+            if "operator" not in b:
+                out.notes.append("released from quarantine: metric validation passed")
+                continue
+            why = f"released from quarantine by {who}: {b.get('reason') or 'no reason given'}"
+            k.record(LedgerEntry(id=msg.id, time=now, current=current, target=current, kind="no-change",
+                                 reasons=(why,), state="decided", history=[(now, why)]))
+            out.notes.append(why)
         elif msg.kind == "recovered":
             k.settle_recovery(str(b.get("decision")), b.get("observed_recovery_s"), b.get("downtime_s"), now)
             out.notes.append(f"recovery of {b.get('decision')} observed: {b.get('observed_recovery_s')} s")

@@ -50,8 +50,8 @@ PRELOAD = (
     "prefect.flow_engine", "prefect.task_engine", "prefect.flow_runs", "prefect.artifacts",
     "prefect.deployments.flow_runs", "prefect.input", "prefect.events.clients", "prefect.logging.handlers",
     "prefect.client.orchestration", "prefect.results", "prefect.runner.storage", "prefect._internal.metrics",
-    "daedalus.flows.mape_k", "daedalus.flows.approval", "daedalus.flows.dashboards", "daedalus.connectors.targets",
-    "daedalus.connectors.sim_persistent",
+    "daedalus.flows.mape_k", "daedalus.flows.approval", "daedalus.flows.dashboards", "daedalus.flows.release",
+    "daedalus.connectors.targets", "daedalus.connectors.sim_persistent",
     "pmdarima", "statsmodels.tsa.statespace.sarimax", "matplotlib.pyplot",
     # imported lazily during a loop run (found by comparing sys.modules before and after one run)
     "prefect.utilities.visualization", "fastapi", "starlette.applications", "anyio._backends._asyncio",

@@ -4,6 +4,9 @@ The suite (models/expectations.py) runs once over the whole fleet's window, on t
 per-job steps derived here. Great Expectations decides which checks failed and how many rows broke each.
 Only for a failed check, one Spark aggregation splits its unexpected rows by job and picks a few example
 rows per job, by the same condition the expectation tests. A clean fleet (the usual case) costs one suite run.
+An empty window runs no suite: it is reported with the lake's newest row, never passed as clean.
+
+An operator's release of a quarantine (`post_release`) is posted here too, next to the quarantines.
 """
 
 from __future__ import annotations
@@ -14,15 +17,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
 from daedalus.connectors.store import KnowledgeStore
+from daedalus.models.control import ControlMessage
 from daedalus.models.expectations import (
+    STEP_COLUMNS,
     Check,
     CheckResult,
     Failure,
@@ -31,6 +40,7 @@ from daedalus.models.expectations import (
     ValidationReport,
     checks,
 )
+from daedalus.tasks.approval import Refused
 from daedalus.tasks.publish import artifact_key
 
 if TYPE_CHECKING:
@@ -41,11 +51,14 @@ _KEYS = {"rows": ["job", "worker", "timestamp"], "steps": ["job", "timestamp"]}
 
 
 def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
-    """One row per job and second: workers reporting, duplicates, totals, missing steps before it, supply ratio.
+    """One row per job and second: workers reporting, duplicates, totals, missing steps before it, supply ratio,
+    and the workers expected: the scale-out, or null while a rescale settles.
 
-    `rows` should be partitioned by job (`daedalus.connectors.spark.by_job`): then both aggregations and the window
+    `rows` should be partitioned by job (`daedalus.connectors.spark.by_job`): then both aggregations and the windows
     run inside the partitions, without another shuffle. A duplicated row of a worker counts once in the
-    totals (it fails `unique_rows` on its own).
+    totals (it fails `unique_rows` on its own). A rescale settles from the second the scale-out changed (a job's
+    first second counts as one: its workers are starting) until the workers match it, for at most
+    `transition_s`; after that a mismatch is a defect again.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -69,7 +82,14 @@ def step_frame(rows: DataFrame, settings: SuiteSettings) -> DataFrame:
     drained = F.greatest(previous_lag - F.col("lag"), F.lit(0.0))
     known = F.col("workload").isNotNull() & F.col("lag").isNotNull() & previous_lag.isNotNull()
     ratio = F.when(known, F.col("throughput") / F.greatest(F.col("workload") + drained, F.lit(1.0)))
-    return steps.select("*", missing.alias("missing_steps"), ratio.alias("supply_ratio"))
+    changed = ~F.col("scaleout").eqNullSafe(F.lag("scaleout").over(by_job))
+    steps = steps.select("*", missing.alias("missing_steps"), ratio.alias("supply_ratio"), changed.alias("_changed"))
+    so_far = by_job.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    changed_at = F.max(F.when(F.col("_changed"), seconds)).over(so_far)
+    matched_at = F.max(F.when(F.col("workers") == F.col("scaleout"), seconds)).over(so_far)
+    settling = F.coalesce(matched_at < changed_at, F.lit(True)) & (seconds - changed_at < settings.transition_s)
+    expected = F.when(F.coalesce(settling, F.lit(False)), None).otherwise(F.col("scaleout"))
+    return steps.select(*(expected.alias(c) if c == "expected_workers" else c for c in STEP_COLUMNS))
 
 
 @functools.cache
@@ -184,18 +204,50 @@ def _columns(check: Check) -> tuple[str, ...]:
     return tuple(k.get("column_list", ()))
 
 
+def newest_row(lake: Lake, jobs: list[str] | None = None) -> float | None:
+    """Epoch seconds of the lake's newest row (of these jobs; None: no rows), to say where the data is.
+
+    A file's name bounds its rows, so only the newest-named files and the files named otherwise are opened; a
+    file that cannot be read counts by its name.
+    """
+    files = lake.files(jobs)
+    latest = max((f.last for f in files if f.last is not None), default=None)
+    found: list[float] = []
+    for file in (f for f in files if f.last is None or f.last == latest):
+        try:
+            with lake.fs.open(file.path, "rb") as f:
+                value = pc.max(pq.read_table(f, columns=["timestamp"]).column("timestamp")).as_py()
+        except (OSError, pa.ArrowException):
+            value = None
+        if isinstance(value, datetime):
+            found.append((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
+        elif file.last is not None:
+            found.append(file.last)
+    return max(found, default=None)
+
+
 def validate(lake: Lake, since: float, until: float, settings: SuiteSettings | None = None,
              spark_settings: SparkSettings | None = None, jobs: list[str] | None = None) -> ValidationReport:
-    """Validate every job's rows with since ≤ timestamp ≤ until; a verdict for each job that has rows there."""
+    """Validate every job's rows with since ≤ timestamp ≤ until; a verdict for each job that has rows there.
+
+    The steps are derived from `transition_s` before the window on, so a rescale that began just before it is
+    seen settling, and a mismatch that began long before it is not excused.
+    """
+    from pyspark.sql import functions as F
+
     settings = settings or SuiteSettings()
     spark = session(spark_settings)
-    read = read_lake(spark, lake, since, until, jobs)
-    rows = by_job(read.rows, spark).cache()
-    steps = step_frame(rows, settings).cache()
+    read = read_lake(spark, lake, since - settings.transition_s, until, jobs)
+    history = by_job(read.rows, spark).cache()
+    in_window = F.col("timestamp") >= F.lit(since).cast("timestamp")
+    rows = history.filter(in_window)
+    steps = step_frame(history, settings).filter(in_window).cache()
     try:
+        counts = {r["job"]: int(r["count"]) for r in rows.groupBy("job").count().collect()}
+        if not counts and not read.unreadable:
+            return ValidationReport(since, until, (), newest_row=newest_row(lake, jobs), only=tuple(jobs or ()))
         frames = {"rows": rows, "steps": steps}
         success = run_suite(frames, settings)
-        counts = {r["job"]: int(r["count"]) for r in rows.groupBy("job").count().collect()}
         failures = split_by_job(frames, [c for c in checks(settings) if not success[c.name]])
         broken = [f for job_failures in failures.values() for f in job_failures]
         results = tuple(CheckResult(c.name, c.frame, c.meaning, success[c.name],
@@ -209,7 +261,7 @@ def validate(lake: Lake, since: float, until: float, settings: SuiteSettings | N
         return ValidationReport(since, until, results, verdicts)
     finally:
         steps.unpersist()
-        rows.unpersist()
+        history.unpersist()
 
 
 @task(name="validate-window", cache_policy=NO_CACHE)
@@ -225,6 +277,19 @@ def _quarantined(store: KnowledgeStore, inbox: Inbox, job: str) -> bool:
         return waiting[-1] == "quarantine"
     knowledge = store.load(job).knowledge
     return knowledge is not None and knowledge.quarantine is not None
+
+
+def post_release(spec: JobSpec, reason: str, operator: str, store_url: str) -> ControlMessage:
+    """An operator lifts a job's quarantine (`daedalus release`, the `release-job` flow): validation was wrong, or
+    the job cannot wait. Refused without a reason or when nothing is quarantined; the loop applies it at its next
+    run, with who released it and why."""
+    if not reason.strip():
+        raise Refused(f"release of {spec.name!r} refused: give a reason; it goes into the ledger")
+    inbox = Inbox(store_url)
+    if not _quarantined(KnowledgeStore(store_url), inbox, spec.name):
+        raise Refused(f"release of {spec.name!r} refused: {spec.name} is not quarantined (or its release already "
+                      "waits for its loop)")
+    return inbox.post(spec.name, "release", {"operator": operator, "reason": reason})
 
 
 @task(name="quarantine-or-release", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])

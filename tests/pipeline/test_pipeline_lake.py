@@ -86,3 +86,35 @@ def test_reading_a_foreign_file_names_the_file_and_the_problem(tmp_path) -> None
     assert schema_problems(t.schema) == ["column lag missing"]
     with pytest.raises(ValidationError, match=r"column lag missing.*Fix or remove the file"):
         lake.read("ads")
+
+
+def test_integer_and_float_columns_of_any_width_are_the_lake_s(tmp_path) -> None:
+    """A file pandas writes stores the scale-out as int64 (and an exporter may write float32): the same values,
+    so no schema error; reads and compaction hand them on in the lake's types."""
+    import pandas as pd
+    import pyarrow as pa
+
+    lake = Lake(str(tmp_path / "lake"))
+    write(lake, rows("ads", 10))
+    frame = pd.DataFrame({k: v for k, v in rows("ads", 10, start=T0 + 10).items() if k != "job"})
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], unit="s", utc=True).astype("datetime64[us, UTC]")
+    frame["scaleout"] = frame["scaleout"].astype("int64")
+    frame["cpu"] = frame["cpu"].astype("float32")
+    path = tmp_path / "lake" / "job=ads" / "date=2026-01-01" / f"part-{int(T0) + 11}-{int(T0) + 20}-pandas.parquet"
+    frame.to_parquet(path, index=False)
+    written = pq.read_schema(path)
+    assert (written.field("scaleout").type, written.field("cpu").type) == (pa.int64(), pa.float32())
+    assert schema_problems(written) == []
+    for narrow in (pa.int8(), pa.int16()):
+        assert schema_problems(FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("scaleout"),
+                                               pa.field("scaleout", narrow))) == []
+    assert schema_problems(FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("scaleout"), pa.field("scaleout", pa.string()))
+                           ) == ["column scaleout is string, expected int32"]
+    # Half floats are no Parquet type Spark reads: still a schema error.
+    assert schema_problems(FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("cpu"), pa.field("cpu", pa.float16()))
+                           ) == ["column cpu is halffloat, expected double"]
+    back = lake.read("ads")
+    assert len(back) == 40 and back["scaleout"].dtype == "int32" and (back["scaleout"] == 2).all()
+    assert lake.compact(min_age_s=0, now=T0 + 3600).files_after == 1
+    (merged,) = lake.files(["ads"])
+    assert pq.read_schema(merged.path) == FILE_SCHEMA and len(lake.read("ads")) == 40

@@ -44,3 +44,20 @@ def test_the_suite_names_each_check_once_and_uses_the_thresholds() -> None:
     assert by_name["cpu_in_range"].kwargs == {"column": "cpu", "min_value": 0.0, "max_value": 1.0}
     with pytest.raises(ValueError, match="max_gap_steps"):
         SuiteSettings(max_gap_steps=-1)
+
+
+def test_an_empty_window_never_passes_and_says_where_the_lake_s_data_is() -> None:
+    from daedalus.models.expectations import ValidationReport
+
+    t0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+    behind = ValidationReport(t0, t0 + 900, (), newest_row=t0 - 86_400 - 7_200)
+    assert behind.empty and not behind.passed
+    assert behind.empty_reason().endswith(
+        "the lake's newest row is at 2025-12-30 22:00:00 UTC, 1 d 2 h before the window's end.")
+    ahead = ValidationReport(t0, t0 + 900, (), newest_row=t0 + 1_100, only=("ads",))
+    assert ahead.empty_reason() == ("metric validation found no rows of ads in the window 2026-01-01 00:00:00 UTC – "
+                                    "2026-01-01 00:15:00 UTC: the lake's newest row is at 2026-01-01 00:18:20 UTC, "
+                                    "3 min 20 s after the window's end.")
+    assert "the lake has no rows at all" in ValidationReport(t0, t0 + 900, ()).empty_reason()
+    with pytest.raises(ValueError, match="transition_s"):
+        SuiteSettings(transition_s=-1.0)
