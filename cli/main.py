@@ -17,6 +17,7 @@ from daedalus.cli import jobs as cli_jobs
 from daedalus.cli import observe as cli_observe
 from daedalus.cli import operate as cli_operate
 from daedalus.cli import pipeline as cli_pipeline
+from daedalus.cli import release as cli_release
 from daedalus.cli import simulate as cli_simulate
 from daedalus.cli import step as cli_step
 from daedalus.cli.common import console
@@ -26,7 +27,7 @@ app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processin
                   no_args_is_help=True, pretty_exceptions_enable=False)
 for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, cli_deploy.deploy,
                  cli_operate.status, cli_operate.approve, cli_operate.reject, cli_operate.pause, cli_operate.resume,
-                 cli_operate.scale, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
+                 cli_operate.scale, cli_release.release, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
                  cli_pipeline.compact, cli_exporter.exporter, cli_step.step):
     app.command()(_command)
 

@@ -17,7 +17,7 @@ def test_every_command_and_group_is_there():
     found = names(app)
     assert sorted(found) == sorted(["simulate", "demo", "observe", "jobs", "deploy", "status", "approve", "reject",
                                     "pause", "resume", "scale", "worker", "validate", "retrain", "compact", "bench",
-                                    "exporter", "step"])
+                                    "exporter", "step", "release"])
     assert found["jobs"] == ["check"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
                                      "forecast", "capacity"])
@@ -36,7 +36,7 @@ def test_one_option_name_for_the_jobs_file_the_store_and_the_scale_out():
     opts = {name: options(cmd) for name, cmd in commands.items()}
     assert {n for n, o in opts.items() if "--jobs-file" in o} == {
         "observe", "deploy", "status", "approve", "reject", "pause", "resume", "scale", "jobs check", "exporter",
-        "step"}
+        "step", "release"}
     assert {n for n, o in opts.items() if "--jobs" in o and not n.startswith("bench")} == {"retrain"}  # job names
     store_options = {x for o in opts.values() for x in o if "store" in x}
     assert store_options == {"--store"}
