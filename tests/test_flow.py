@@ -26,7 +26,8 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
 
     # Every loop ran and the knowledge of the last one is persisted, older versions kept to fall back on.
     store = KnowledgeStore(store_url)
-    assert store.versions(JOB)[-1] == 60
+    # One version per loop, plus one per executed action: its intent is written before the target is touched.
+    assert store.versions(JOB)[-1] == 60 + result.rescales
     assert len(store.versions(JOB)) == store.keep
     knowledge = store.load(JOB).knowledge
     assert knowledge.loops == 60 and knowledge.forecaster.fitted
