@@ -91,6 +91,9 @@ class PrometheusSource:
         self.url = redact(url.rstrip("/"))  # the only form of the URL any message shows
         self.step_s = float(step_s)
         self.timeout_s, self.retries, self.backoff_s, self.deadline_s = timeout_s, retries, backoff_s, deadline_s
+        # Credential values, longest first: a proxy or server may echo the request's headers in an error body.
+        values = [v for h in (headers or {}).values() for v in (h, *h.split()[1:])] + ([auth[1]] if auth else [])
+        self._secrets = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
         session = requests.Session()
         session.verify, session.cert = verify, cert
         # Retries are ours (`_call`): urllib3 would give each retry a fresh full timeout, past the deadline.
@@ -130,15 +133,22 @@ class PrometheusSource:
             except PrometheusApiClientException as exc:
                 status = _STATUS.match(str(exc))
                 if status is None or int(status.group(1)) not in RETRY_STATUS or attempt >= self.retries:
-                    raise ConnectorError(f"prometheus {self.url}: the {key} query failed ({redact(str(exc))}); "
+                    raise ConnectorError(f"prometheus {self.url}: the {key} query failed ({self._scrub(str(exc))}); "
                                          f"query: {query}") from None
             except requests.RequestException as exc:
                 if attempt >= self.retries:
                     raise ConnectorError(
                         f"prometheus {self.url} unreachable or timing out after {self.retries} retries "
-                        f"({type(exc).__name__}: {redact(str(exc))}); the {key} query was: {query}") from None
+                        f"({type(exc).__name__}: {self._scrub(str(exc))}); the {key} query was: {query}") from None
             budget.stop.wait(min(self.backoff_s * 2 ** attempt, max(budget.left(), 0.0)))
             attempt += 1
+
+    def _scrub(self, text: str) -> str:
+        """An HTTP error's text without URL user-info and without any credential value this source sends."""
+        text = redact(text)
+        for value in self._secrets:
+            text = text.replace(value, "***")
+        return text
 
     def _too_slow(self, keys: list[str]) -> str:
         return (f"metrics too slow: prometheus {self.url} did not answer the {', '.join(keys)} "

@@ -15,6 +15,7 @@ from daedalus.connectors import targets
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
 from daedalus.connectors.switches import stop_reason
+from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import Iteration, Phases, iterate
 from daedalus.models.ports import Target
@@ -26,7 +27,14 @@ from daedalus.tasks.lake import record_history
 from daedalus.tasks.monitor import monitor
 from daedalus.tasks.plan import plan
 
-ORCHESTRATED = Phases(monitor, analyze, plan, execute)
+
+def _retry_unless_given_up(task: Any, task_run: Any, state: Any) -> bool:
+    """The monitor task retries what a source did not: a ConnectorError comes after the source's own retries, within
+    its deadline (`prometheus.deadline`); running the whole observation again would multiply that deadline."""
+    return not isinstance(state.data, ConnectorError)
+
+
+ORCHESTRATED = Phases(monitor.with_options(retry_condition_fn=_retry_unless_given_up), analyze, plan, execute)
 
 
 def load_knowledge(store: KnowledgeStore, target: Target) -> tuple[Knowledge, int | None]:

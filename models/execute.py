@@ -55,9 +55,23 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
         knowledge.last_action = now  # a run that dies from here on still leaves the grace period
         if journal is not None:
             journal(knowledge)  # durable before the target is touched
+    readable = not dry_run and _reported(scaler, knowledge.job) is not None
     try:
         message = scaler.scale(knowledge.job, decision.target, decision.id, dry_run=dry_run)
     except ConnectorError as exc:
+        # A write whose answer was lost (a timeout, a 5xx, the API gone after it) may have taken effect: only the
+        # target's own scale-out tells. Failed when it is there to read and not at the target, or was never readable.
+        reached = _reported(scaler, knowledge.job) if readable else None
+        if reached == decision.target:
+            entry.state, entry.message = "executed", f"{note}the target reports {reached} although the scaler " \
+                                                     f"failed ({exc}): the write took effect"
+            entry.history.append((now, "executed (the target reports it)"))
+            _rescaled(knowledge, entry, now)
+            return ScalingAction(decision.id, now, decision.current, decision.target, "executed", entry.message)
+        if readable and reached is None:  # unknown: the intent stays, for the next run to settle (reconcile)
+            entry.message = f"unsettled: {exc}; the target's scale-out is no longer readable: the next run settles it"
+            entry.history.append((now, entry.message))
+            return ScalingAction(decision.id, now, decision.current, decision.target, "executing", entry.message)
         knowledge.last_action = previous_action  # refused: nothing changed, the loop may try again
         entry.state, entry.message = "failed", str(exc)
         entry.history.append((now, f"failed: {exc}"))
@@ -68,6 +82,14 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
     if not dry_run:
         _rescaled(knowledge, entry, now)
     return ScalingAction(decision.id, now, decision.current, decision.target, entry.state, entry.message)
+
+
+def _reported(scaler: Scaler, job: str) -> int | None:
+    """The scale-out the target reports, or None when it cannot be read."""
+    try:
+        return scaler.current(job)
+    except ConnectorError:
+        return None
 
 
 def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str]:

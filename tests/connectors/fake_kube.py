@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -74,17 +75,24 @@ class Request:
     content_type: str | None
     body: Any
     code: int = 0  # the status answered
+    written: bool = False  # the API server persisted it (a PATCH, even one whose answer then failed)
 
 
 @dataclass
 class Fault:
-    """Answer the next request matching method and path suffix with `code` (and optionally wait first)."""
+    """Answer the next request matching method and path suffix with `code` (and optionally wait first).
+
+    With `applied`, the API server first handles the request as usual (a PATCH is written), and only its answer
+    fails: after `delay`, `code` (a 5xx from a proxy, say), or, with `code` 200, the normal answer, late (past the
+    client's timeout: the write happened although the client saw a timeout).
+    """
 
     method: str
     suffix: str
     code: int
     message: str = "scripted fault"
     delay: float = 0.0
+    applied: bool = False
 
 
 @dataclass
@@ -95,6 +103,10 @@ class FakeKube:
     ready_after_reads: int = 1  # a scaled object's status shows the new replicas after this many reads
     role: dict[str, Any] = field(default_factory=role)
     scale_paths: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=lambda: dict(SCALE_PATHS))
+    # Called with (request, "received") before a request is answered, and by Server with (request, "answered")
+    # once its answer is written: a test's hook can, say, kill the client process at that moment.
+    on_request: Callable[[Request, str], None] | None = None
+    changes: list[tuple[str, Any, Any]] = field(default_factory=list)  # persisted writes: (object path, before, after)
     _pending_ready: dict[str, int] = field(default_factory=dict)
     _version: int = 100
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,12 +132,20 @@ class FakeKube:
     # --- behaviour ------------------------------------------------------------------------------
 
     def handle(self, method: str, url: str, content_type: str | None, body: Any) -> tuple[int, Any, float]:
+        return self.serve(method, url, content_type, body)[1]
+
+    def serve(self, method: str, url: str, content_type: str | None, body: Any
+              ) -> tuple[Request, tuple[int, Any, float]]:
+        """`handle`, with the recorded request."""
         request = Request(method, urlparse(url).path, parse_qs(urlparse(url).query), content_type, body)
+        if self.on_request is not None:
+            self.on_request(request, "received")
         with self.lock:
             self.requests.append(request)
+            written = len(self.changes)
             answer = self._answer(method, url, body)
-            request.code = answer[0]
-            return answer
+            request.code, request.written = answer[0], len(self.changes) > written
+            return request, answer
 
     def _forbidden(self, method: str, path: str) -> str | None:
         """The API server's RBAC refusal for this request, or None when the Role grants it."""
@@ -151,7 +171,17 @@ class FakeKube:
         for i, f in enumerate(self.faults):
             if f.method == method and parsed.path.endswith(f.suffix):
                 del self.faults[i]
+                if f.applied:
+                    code, payload, delay = self._respond(method, parsed.path, query, body)
+                    if f.code != 200:
+                        code, payload = f.code, status(f.code, f.message)
+                    return code, payload, delay + f.delay
                 return f.code, status(f.code, f.message), f.delay
+        return self._respond(method, parsed.path, query, body)
+
+    def _respond(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any, float]:
+        """The API server's own answer to an authorized request."""
+        parsed = urlparse(path)
         m = _PATH.match(parsed.path)
         assert m is not None  # authorized requests have the shape of the Role's resources
         if m["sub"] != "scale" or m["plural"] not in self.scale_paths:
@@ -201,6 +231,7 @@ class FakeKube:
             self._pending_ready[base] = self.ready_after_reads
         new["metadata"]["resourceVersion"] = str(self._next())
         self.objects[base] = new
+        self.changes.append((base, _get(obj, self._paths(base)[0]), replicas))
         return 200, self._scale(base, new), 0
 
     def _progress(self, base: str, obj: dict[str, Any]) -> None:
@@ -228,8 +259,8 @@ class Server:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else None
-                code, payload, delay = outer.kube.handle(self.command, self.path, self.headers.get("Content-Type"),
-                                                         body)
+                request, (code, payload, delay) = outer.kube.serve(self.command, self.path,
+                                                                   self.headers.get("Content-Type"), body)
                 if delay:
                     time.sleep(delay)
                 data = json.dumps(payload).encode()
@@ -239,8 +270,11 @@ class Server:
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    return
+                if outer.kube.on_request is not None:
+                    outer.kube.on_request(request, "answered")
 
             do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _serve
 
