@@ -8,8 +8,12 @@ BIN := $(VENV)/bin
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python
+# Installed once per change of pyproject.toml: a second `make demo` starts the demo at once.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	touch $@
+
+install: $(VENV)/.installed
 
 install-test: $(BIN)/python
 	bash scripts/system-deps.sh

@@ -1,5 +1,6 @@
 """What every command group shares: the two consoles, one way to fail, one progress bar, and the options that
-name the same thing on every command (`--jobs-file`, `--store`)."""
+name the same thing on every command (`--jobs-file`, `--store`, `--lake`, `--pool`). Their defaults come from the
+settings in force (cli/settings.py), so each option's own default is None: not given."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ from rich.progress import (
 console = Console(stderr=True)  # messages, progress and figures for people
 out = Console()  # what a script may read (tables of the jobs file and the fleet, JSON answers)
 
-Store = Annotated[str, typer.Option("--store", help="Knowledge store URL (a folder by default)")]
-JobsFile = Annotated[Path, typer.Option("--jobs-file", help="The jobs file (YAML)")]
-JobsFileToCheck = Annotated[Path | None, typer.Option(
-    "--jobs-file", help="The jobs file (to name the jobs and check limits)")]
+FROM_SETTINGS = "(default: from the settings, see `daedalus config`)"
+Store = Annotated[str | None, typer.Option("--store", help=f"Knowledge store URL {FROM_SETTINGS}",
+                                           show_default=False)]
+JobsFile = Annotated[Path | None, typer.Option("--jobs-file", help=f"The jobs file (YAML) {FROM_SETTINGS}",
+                                               show_default=False)]
+Lake = Annotated[str | None, typer.Option("--lake", help=f"Metric-history lake URL {FROM_SETTINGS}",
+                                          show_default=False)]
+Pool = Annotated[str | None, typer.Option("--pool", help=f"Prefect work pool {FROM_SETTINGS}", show_default=False)]
 # `deploy` and `jobs check` took the jobs file as their argument before `--jobs-file`; both ways stay valid.
-JobsFileOrArgument = Annotated[Path | None, typer.Option("--jobs-file", help="The jobs file (YAML)")]
 JobsFileArgument = Annotated[Path | None, typer.Argument(help="The jobs file, when not given as --jobs-file",
                                                          show_default=False)]
 
@@ -58,11 +62,8 @@ def phases(bars: Progress) -> Callable[[str, int, int | None], None]:
     return update
 
 
-def one_jobs_file(option: Path | None, argument: Path | None) -> Path:
-    """The jobs file given either as `--jobs-file FILE` or as the command's argument."""
+def one_jobs_file(option: Path | None, argument: Path | None) -> Path | None:
+    """The jobs file given either as `--jobs-file FILE` or as the command's argument (None: neither)."""
     if option is not None and argument is not None and option != argument:
         raise typer.BadParameter(f"two jobs files given ({argument} and --jobs-file {option}): give one")
-    given = option or argument
-    if given is None:
-        raise typer.BadParameter("give the jobs file: --jobs-file FILE")
-    return given
+    return option or argument

@@ -9,8 +9,10 @@ import typer
 from rich.table import Table
 
 from daedalus.cli.common import (
+    JobsFile,
     JobsFileArgument,
-    JobsFileOrArgument,
+    Lake,
+    Pool,
     Store,
     console,
     fail,
@@ -18,19 +20,17 @@ from daedalus.cli.common import (
     out,
     progress,
 )
-from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
+from daedalus.cli.settings import HOW, api_url, prefect_api, resolve, save
 from daedalus.models.errors import DaedalusError
 
 
 def deploy(
     file: JobsFileArgument = None,
-    jobs_file: JobsFileOrArgument = None,
-    pool: Annotated[str, typer.Option(help="Work pool (a process pool is created if missing)")] = "daedalus",
+    jobs_file: JobsFile = None,
+    pool: Pool = None,
     job: Annotated[list[str] | None, typer.Option("--job", help="Deploy only these jobs (repeatable)")] = None,
-    store: Store = DEFAULT_STORE,
-    lake: Annotated[str, typer.Option(help="Metric-history lake the loops append to and the pipeline reads")
-                    ] = DEFAULT_LAKE,
+    store: Store = None,
+    lake: Lake = None,
     no_lake: Annotated[bool, typer.Option("--no-lake", help="Loops keep no metric history")] = False,
     background: Annotated[bool, typer.Option(help="Also deploy the event-triggered and periodic flows "
                                                   "(recovery monitor, retraining, validation)")] = True,
@@ -41,39 +41,51 @@ def deploy(
     prefect_yaml: Annotated[Path | None, typer.Option(help="Write a prefect.yaml for `prefect deploy --all` "
                                                            "instead of deploying")] = None,
 ) -> None:
-    """One `mape-k` deployment per job (every minute, one run at a time) plus the operator and background flows."""
+    """One `mape-k` deployment per job (every minute, one run at a time) plus the operator and background flows.
+
+    Afterwards the settings file holds the jobs file, store, lake, pool and Prefect API URL deployed with, so
+    every other command without options talks about this fleet.
+    """
+    from daedalus.connectors.jobs import load_jobs
+    from daedalus.deployments.deploy import absolute, deploy_jobs, plan_deployments
+    from daedalus.deployments.deploy import prefect_yaml as render
     from daedalus.runtime.prefork import job_variables
 
-    path = one_jobs_file(jobs_file, file)
     variables = job_variables() if prefork else None
-    lake_url = None if no_lake else lake
     try:
+        resolved = resolve(jobs_file=one_jobs_file(jobs_file, file), store=store, lake=lake, pool=pool)
+        settings = resolved.settings
+        if settings.jobs_file is None:
+            raise typer.BadParameter(f"no jobs file to deploy: {HOW}")
+        # Absolute, as deployed: the saved settings then hold wherever a command is run from.
+        path, store_url = Path(absolute(str(settings.jobs_file))), absolute(settings.store)
+        lake_url = None if no_lake else absolute(settings.lake)
+        # Every check (the jobs file, the jobs named) before anything needs or touches the Prefect API.
+        planned, notes = plan_deployments(load_jobs(path), store_url, job or (), lake_url, job_variables=variables,
+                                          with_background=background)
         if prefect_yaml is not None:
-            from daedalus.connectors.jobs import load_jobs
-            from daedalus.deployments.deploy import plan_deployments
-            from daedalus.deployments.deploy import prefect_yaml as render
-
-            planned, notes = plan_deployments(load_jobs(path), store, job or (), lake_url, job_variables=variables,
-                                              with_background=background)
-            prefect_yaml.write_text(render(planned, pool))
+            prefect_yaml.write_text(render(planned, settings.pool))
             console.print(f"Wrote {prefect_yaml} ({len(planned)} deployments); apply it with "
                           f"`prefect --no-prompt deploy --all --prefect-file {prefect_yaml}`")
         else:
-            from daedalus.deployments.deploy import deploy_jobs
-
-            with progress() as bars:
+            url = api_url(resolved)
+            with prefect_api(url), progress() as bars:
                 bar = bars.add_task("deploying", total=None)
                 ids, notes, seconds = deploy_jobs(
-                    path, store, pool, job or (), prune=prune, create_pool=create_pool, lake_url=lake_url,
-                    job_variables=variables, background=background,
+                    path, store_url, settings.pool, job or (), prune=prune, create_pool=create_pool,
+                    lake_url=lake_url, job_variables=variables, background=background,
                     on_progress=lambda done, total: bars.update(bar, completed=done, total=total))
-            t = Table(title=f"{len(ids)} deployments applied in {seconds:.1f} s (work pool {pool})")
+            t = Table(title=f"{len(ids)} deployments applied in {seconds:.1f} s (work pool {settings.pool})")
             t.add_column("deployment")
             t.add_column("id")
             for name, did in sorted(ids.items()):
                 t.add_row(name, did)
             out.print(t)
-            console.print(f"Start a worker: daedalus worker --pool {pool}")
+            saved = save({"jobs_file": path, "store": store_url, "lake": None if no_lake else lake_url,
+                          "pool": settings.pool, "prefect_api_url": url})
+            console.print(f"Settings saved to {saved}: commands without options now use this fleet "
+                          "(`daedalus config` shows them)")
+            console.print(f"Start a worker: daedalus worker --pool {settings.pool}")
         for note in notes:
             console.print(f"[yellow]note:[/yellow] {note}")
     except DaedalusError as exc:
@@ -81,7 +93,7 @@ def deploy(
 
 
 def worker(
-    pool: Annotated[str, typer.Option(help="Work pool")] = "daedalus",
+    pool: Pool = None,
     socket_path: Annotated[Path | None, typer.Option("--socket", help="Where the preloaded process listens")
                            ] = None,
     limit: Annotated[int, typer.Option(min=0, help="Flow runs in flight at most (0: no limit). Not with "
@@ -91,4 +103,10 @@ def worker(
     """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved)."""
     from daedalus.runtime.prefork import run_worker
 
-    raise typer.Exit(run_worker(pool, socket_path, limit or None))
+    try:
+        resolved = resolve(pool=pool)
+        url = api_url(resolved)
+    except DaedalusError as exc:
+        fail(exc)
+    with prefect_api(url):
+        raise typer.Exit(run_worker(resolved.settings.pool, socket_path, limit or None))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import typer
 from rich.table import Table
 
-from daedalus.cli.common import JobsFileArgument, JobsFileOrArgument, fail, one_jobs_file, out
+from daedalus.cli.common import JobsFile, JobsFileArgument, fail, one_jobs_file, out
+from daedalus.cli.settings import HOW, resolve
 from daedalus.models.errors import DaedalusError
 
 
@@ -27,10 +29,12 @@ def jobs_table(path: Path) -> Table:
     return t
 
 
-def check(file: JobsFileArgument = None, jobs_file: JobsFileOrArgument = None) -> None:
+def check(file: JobsFileArgument = None, jobs_file: JobsFile = None) -> None:
     """Validate the jobs file; every error names the file, the job and the field."""
-    path = one_jobs_file(jobs_file, file)
     try:
+        path = resolve(jobs_file=one_jobs_file(jobs_file, file)).settings.jobs_file
+        if path is None:
+            raise typer.BadParameter(f"no jobs file to check: {HOW}")
         out.print(jobs_table(path))
     except DaedalusError as exc:
         fail(exc)

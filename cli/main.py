@@ -18,6 +18,7 @@ from daedalus.cli import observe as cli_observe
 from daedalus.cli import operate as cli_operate
 from daedalus.cli import pipeline as cli_pipeline
 from daedalus.cli import release as cli_release
+from daedalus.cli import settings as cli_settings
 from daedalus.cli import simulate as cli_simulate
 from daedalus.cli import step as cli_step
 from daedalus.cli.common import console
@@ -28,7 +29,7 @@ app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processin
 for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, cli_deploy.deploy,
                  cli_operate.status, cli_operate.approve, cli_operate.reject, cli_operate.pause, cli_operate.resume,
                  cli_operate.scale, cli_release.release, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
-                 cli_pipeline.compact, cli_exporter.exporter, cli_step.step):
+                 cli_pipeline.compact, cli_exporter.exporter, cli_step.step, cli_settings.config):
     app.command()(_command)
 
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",

@@ -6,15 +6,19 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 from rich.table import Table
 
 from daedalus.cli.common import JobsFile, console, fail
+from daedalus.cli.settings import known_job, resolve
 from daedalus.models.errors import ConnectorError, DaedalusError
 from daedalus.models.types import Observation
+
+if TYPE_CHECKING:
+    from daedalus.connectors.jobs import JobSpec
 
 
 def _finite(values: np.ndarray) -> list[float | None]:
@@ -67,15 +71,14 @@ def _print_observation(obs: Observation, holds: tuple[str, ...], queries: dict[s
         console.print("[green]No hold: the loop would learn from and act on this observation.[/green]")
 
 
-def observe_job(jobs_file: Path, job: str, window_s: float, at: float | None) -> tuple[Observation, tuple[str, ...],
-                                                                                       dict[str, str]]:
+def observe_job(spec: JobSpec, window_s: float, at: float | None) -> tuple[Observation, tuple[str, ...],
+                                                                          dict[str, str]]:
     """Run the monitor phase once for a job of the jobs file, and the loop's validation on its result."""
-    from daedalus.connectors.jobs import load_jobs
     from daedalus.connectors.prometheus import PrometheusSource
     from daedalus.models.loop import unavailable
     from daedalus.models.validation import validate_observation
 
-    spec = load_jobs(jobs_file).job(job)
+    job = spec.name
     if spec.engine == "sim":
         raise DaedalusError(f"job {job!r} has engine 'sim': `observe` reads Prometheus (flink, kafka-streams, spark)")
     source = PrometheusSource.from_spec(spec)
@@ -92,14 +95,14 @@ def observe_job(jobs_file: Path, job: str, window_s: float, at: float | None) ->
 
 def observe(
     job: Annotated[str, typer.Argument(help="The job's name in the jobs file")],
-    jobs_file: JobsFile,
+    jobs_file: JobsFile = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write what was seen as JSON")] = None,
     window: Annotated[float, typer.Option(min=1, help="Seconds of history to read")] = 600.0,
     at: Annotated[float | None, typer.Option(help="Observe as of this epoch second (default: now)")] = None,
 ) -> None:
     """Run the monitor phase once against the job's Prometheus and show what the loop would see."""
     try:
-        obs, holds, queries = observe_job(jobs_file, job, window, at)
+        obs, holds, queries = observe_job(known_job(resolve(jobs_file=jobs_file), job), window, at)
     except DaedalusError as exc:
         fail(exc)
     _print_observation(obs, holds, queries)

@@ -1,7 +1,8 @@
 """Operating the deployed loops: `daedalus status`, `approve`, `reject`, `pause`, `resume` and `scale`.
 
-They work from the knowledge store alone; with a Prefect API configured, status adds the last runs and
-approvals resume the proposal's waiting approval run.
+Which fleet they talk about comes from the settings in force (cli/settings.py). A job they name must be in the
+jobs file. Status works from the knowledge store and adds the last runs when the Prefect API answers; approvals
+resume the proposal's waiting approval run through that API.
 """
 
 from __future__ import annotations
@@ -9,18 +10,18 @@ from __future__ import annotations
 import getpass
 import json
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from daedalus.cli.common import JobsFile, JobsFileToCheck, Store, console, fail, out
-from daedalus.connectors.store import DEFAULT_URL
-from daedalus.models.errors import DaedalusError
-from daedalus.models.text import utc
+from daedalus.cli.common import JobsFile, Store, console, fail, out
+from daedalus.cli.settings import HOW, Resolved, api_url, known_job, prefect_api, resolve
+from daedalus.models.errors import ConfigurationError, DaedalusError
+from daedalus.models.text import duration, number, percent, utc
 
-Operator = Annotated[str, typer.Option(help="Who acts; recorded in the ledger")]
+Operator = Annotated[str | None, typer.Option(
+    help="Who acts; recorded in the ledger (default: the settings' operator, else your login)", show_default=False)]
 
 
 def _user() -> str:
@@ -34,11 +35,9 @@ def _user() -> str:
 USER = _user()
 
 
-def _api_configured() -> bool:
-    """True when a Prefect API is configured; never start an ephemeral server from the CLI."""
-    from prefect.settings import PREFECT_API_URL
-
-    return bool(PREFECT_API_URL.value())
+def operator_in_force(option: str | None, resolved: Resolved) -> str:
+    """The option, else the settings' operator, else the login."""
+    return option or resolved.settings.operator or USER
 
 
 # --- status ------------------------------------------------------------------------------------------------
@@ -84,38 +83,50 @@ def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
     return info
 
 
-def _job_names(store_url: str, jobs_file: Path | None) -> list[tuple[str, str]]:
-    """(job, mode) from the jobs file when given; else every job the store knows, its mode unknown."""
+def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:
+    """(job, mode) from the jobs file in force, else every job the store knows (mode unknown), with a note
+    saying which; nowhere to look is an error that says how to configure it."""
     from daedalus.connectors.store import KnowledgeStore
 
-    if jobs_file is not None:
+    settings = resolved.settings
+    if settings.jobs_file is not None:
         from daedalus.connectors.jobs import load_jobs
 
-        return [(j.name, j.mode) for j in load_jobs(jobs_file).jobs]
-    return [(name, "?") for name in KnowledgeStore(store_url).jobs()]
+        return [(j.name, j.mode) for j in load_jobs(settings.jobs_file).jobs], ""
+    stored = KnowledgeStore(settings.store).jobs()
+    if not stored:
+        raise ConfigurationError(f"no jobs file configured and no job in the store {settings.store} "
+                                 f"({resolved.sources['store']}): {HOW}")
+    return [(name, "?") for name in stored], "no jobs file configured: the jobs found in the store"
 
 
-def fleet_table(store_url: str, jobs_file: Path | None) -> Table:
-    """One row per job from the store, with its last runs when a Prefect API answers."""
+def fleet_table(resolved: Resolved) -> Table:
+    """One row per job from the store, health and recommendation first, with its last runs when the Prefect
+    API answers."""
     from daedalus.connectors.switches import kill_switch
     from daedalus.tasks.dashboards import fleet_rows
 
-    jobs = _job_names(store_url, jobs_file)
+    store_url = resolved.settings.store
+    jobs, note = _job_names(resolved)
     rows = fleet_rows(jobs, store_url, time.time())
     api: dict[str, dict[str, Any]] = {}
-    api_note = "no Prefect API configured (PREFECT_API_URL): store only"
-    if _api_configured():
+    try:
+        url = api_url(resolved)
+    except ConfigurationError as exc:
+        api_note = f"store only: {exc}"
+    else:
         try:
-            api = prefect_runs([j for j, _ in jobs])
+            with prefect_api(url):
+                api = prefect_runs([j for j, _ in jobs])
             api_note = ""
         except Exception as exc:  # the store's view is still worth showing
-            api_note = f"Prefect API not reachable ({type(exc).__name__}): store only"
+            api_note = f"store only: the Prefect API failed ({type(exc).__name__}: {exc})"
     switch = kill_switch(store_url)
     title = f"{len(rows)} job(s) in {store_url}"
     if switch:
         title += f" — KILL SWITCH ON for all jobs (by {switch.get('operator')}: {switch.get('reason')})"
-    t = Table(title=title, caption=api_note or None)
-    for col in ("job", "mode", "now", "recommended", "decision", "last action", "pending proposal", "health",
+    t = Table(title=title, caption="; ".join(n for n in (note, api_note) if n) or None)
+    for col in ("job", "health", "scale-out", "mode", "decision", "last action", "pending proposal",
                 "last loop (UTC)", "last run", "start delay"):
         t.add_column(col)
     for r in rows:
@@ -123,15 +134,15 @@ def fleet_table(store_url: str, jobs_file: Path | None) -> Table:
         last_run = a.get("last") or ("" if not api else "no deployment" if not a else "")
         if a.get("paused"):
             last_run = f"{last_run} (schedule paused)".strip()
-        late = a.get("late_s")
-        t.add_row(r["job"], r["mode"], str(r["current"] or ""), str(r["recommended"] or ""), r["decision"] or "",
-                  r["last action"], r["pending"], r["health"] or "", r["last loop (UTC)"], last_run,
-                  "" if late is None else f"{late:.1f} s")
+        t.add_row(*(r[c] for c in ("job", "health", "scale-out", "mode", "decision", "last action",
+                                   "pending proposal", "last loop (UTC)")), last_run,
+                  duration(a.get("late_s"), unknown=""))
     return t
 
 
 def job_detail(job: str, store_url: str) -> None:
-    """One job in full: its last loop, pending proposal, ledger and inbox, so an operator can answer it."""
+    """One job in full: its last loop, pending proposal, ledger and inbox, so an operator can answer it. Values
+    an older loop stored as infinite or missing show as such, never as a crash."""
     from daedalus.connectors.inbox import Inbox
     from daedalus.connectors.status import read_status
     from daedalus.connectors.store import KnowledgeStore
@@ -142,12 +153,14 @@ def job_detail(job: str, store_url: str) -> None:
     if status is None and k is None:
         raise DaedalusError(f"nothing stored for job {job!r} in {store_url}: has its loop run yet?")
     if status:
-        out.print(f"[bold]{job}[/bold] ({status['mode']}): scale-out {status['current']}, recommended "
-                  f"{status['recommended']} ({status['kind']}); health: {status['health']}")
-        out.print(f"  last loop {utc(status['wall'])}; capacity now {status['capacity']:,.0f}/s, workload "
-                  f"{status['workload']:,.0f}/s, forecast peak {status['forecast_peak']:,.0f}/s "
-                  f"({status['forecast_method']})")
-        for reason in status["reasons"]:
+        out.print(f"[bold]{job}[/bold] ({status.get('mode', '?')}): health {status.get('health') or '?'}; "
+                  f"scale-out {status.get('current')}, recommended {status.get('recommended')} "
+                  f"({status.get('kind')})", soft_wrap=True)
+        out.print(f"  last loop {utc(status.get('wall'))}; capacity now {number(status.get('capacity'), 'tuples/s')}, "
+                  f"workload {number(status.get('workload'), 'tuples/s')}, forecast peak "
+                  f"{number(status.get('forecast_peak'), 'tuples/s')} ({status.get('forecast_method')}, WAPE "
+                  f"{percent(status.get('wape'))})", soft_wrap=True)
+        for reason in status.get("reasons") or ():
             out.print(f"  • {reason}", soft_wrap=True)
     if k is not None:
         if k.paused:
@@ -156,7 +169,7 @@ def job_detail(job: str, store_url: str) -> None:
             out.print(f"[bold]  pending proposal {k.pending.id}: {k.pending.current} → {k.pending.target}[/bold] "
                       f"(answer: daedalus approve|reject {k.pending.id})")
         t = Table(title=f"ledger of {job} (newest first)")
-        rows = ledger_rows(k, limit=15)
+        rows = ledger_rows(k, limit=15, full_reasons=True)
         for col in (rows[0] if rows else {"ledger": ""}):
             t.add_column(col)
         for row in rows:
@@ -172,9 +185,7 @@ def job_detail(job: str, store_url: str) -> None:
 
 
 def find_approval_run(proposal: str) -> Any | None:
-    """The `approve-scale` flow run of a proposal, if a Prefect API is configured and it has one."""
-    if not _api_configured():
-        return None
+    """The `approve-scale` flow run of a proposal, if it has one, from the Prefect API in force."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
     from prefect.client.schemas.sorting import FlowRunSort
@@ -186,14 +197,19 @@ def find_approval_run(proposal: str) -> Any | None:
 
 
 def answer(proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
-           jobs_file: Path | None, store_url: str) -> dict[str, Any]:
+           resolved: Resolved) -> dict[str, Any]:
     """Check the answer against the jobs file and the job's knowledge, then resume the proposal's approval run
-    (or, without one, post to the job's inbox). Refused before anything is sent."""
+    (or, when it has none, post to the job's inbox). Refused before anything is sent; without a reachable
+    Prefect API, says so and how to set it."""
     from daedalus.connectors.jobs import load_jobs
     from daedalus.tasks.approval import Refused, check_answer, post_answer
 
-    run = find_approval_run(proposal)
-    if run is not None:
+    with prefect_api(api_url(resolved)):
+        run = find_approval_run(proposal)
+        store_url = resolved.settings.store
+        if run is None:
+            spec = known_job(resolved, proposal.rsplit("-", 1)[0])
+            return post_answer(spec, proposal, decision, scaleout, operator, reason, store_url)
         request = run.parameters.get("request", {})
         store_url, jobs = run.parameters.get("store_url", store_url), run.parameters.get("jobs_file")
         job = request.get("job")
@@ -206,50 +222,42 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
             if (state is not None and state.is_final()) or run.empirical_policy.resuming:
                 raise Refused(f"proposal {proposal} was already answered: its approval run {run.id} is {name}")
             raise Refused(f"the approval run of {proposal} is {name}, not waiting yet: try again in a few seconds")
-    else:
-        if jobs_file is None:
-            raise Refused(f"no approval run found for proposal {proposal}; give --jobs-file FILE (and --store URL) to "
-                          "answer it directly")
-        jobs, job = str(jobs_file), proposal.rsplit("-", 1)[0]
-    spec = load_jobs(jobs).job(job)
-    if run is None:
-        return post_answer(spec, proposal, decision, scaleout, operator, reason, store_url)
-    target = check_answer(spec, proposal, decision, scaleout, store_url)
-    from prefect.exceptions import FlowPauseTimeout
-    from prefect.flow_runs import resume_flow_run
+        spec = load_jobs(jobs).job(job)
+        target = check_answer(spec, proposal, decision, scaleout, store_url)
+        from prefect.exceptions import FlowPauseTimeout
+        from prefect.flow_runs import resume_flow_run
 
-    run_input = {"decision": decision, "scaleout": target, "operator": operator, "reason": reason}
-    try:
-        resume_flow_run(run.id, run_input=run_input)
-    except FlowPauseTimeout:
-        raise Refused(f"proposal {proposal} expired: its approval run can no longer resume") from None
-    except RuntimeError as exc:
-        raise Refused(f"the Prefect API refused the answer to {proposal}: {exc}") from None
+        run_input = {"decision": decision, "scaleout": target, "operator": operator, "reason": reason}
+        try:
+            resume_flow_run(run.id, run_input=run_input)
+        except FlowPauseTimeout:
+            raise Refused(f"proposal {proposal} expired: its approval run can no longer resume") from None
+        except RuntimeError as exc:
+            raise Refused(f"the Prefect API refused the answer to {proposal}: {exc}") from None
     return {"job": job, "proposal": proposal, "decision": decision, "scaleout": target, "operator": operator,
             "approval_run": str(run.id)}
 
 
-def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: str, store_url: str,
-            jobs_file: Path | None) -> None:
-    """Pause or resume one job through its inbox, or every job through the store-wide kill switch."""
+def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: str, resolved: Resolved) -> None:
+    """Pause or resume one job of the jobs file through its inbox, or every job through the store-wide kill
+    switch."""
     from daedalus.connectors.inbox import Inbox
     from daedalus.connectors.switches import clear_kill_switch, set_kill_switch
 
+    store_url = resolved.settings.store
     if (job is None) == (not all_jobs):
         raise typer.BadParameter("give a JOB or --all")
     if all_jobs:
         if kind == "pause":
             set_kill_switch(store_url, operator, reason)
-            console.print("[yellow]kill switch ON[/yellow]: every job keeps monitoring and deciding, none acts")
+            console.print(f"[yellow]kill switch ON[/yellow] in {store_url}: every job keeps monitoring and deciding, "
+                          "none acts")
         else:
             was = clear_kill_switch(store_url)
             console.print("kill switch off" if was else "the kill switch was not on")
         return
     assert job is not None
-    if jobs_file is not None:
-        from daedalus.connectors.jobs import load_jobs
-
-        load_jobs(jobs_file).job(job)
+    known_job(resolved, job)
     msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason})
     console.print(f"{kind} of {job} posted ({msg.id}); its loop applies it at its next run")
 
@@ -259,15 +267,17 @@ def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: s
 
 def status(
     job: Annotated[str | None, typer.Argument(help="One job (default: the fleet)")] = None,
-    store: Store = DEFAULT_URL,
-    jobs_file: JobsFileToCheck = None,
+    store: Store = None,
+    jobs_file: JobsFile = None,
 ) -> None:
-    """The fleet or one job: scale-out, recommendation, last action, pending proposal, health, last runs."""
+    """The fleet or one job: health, scale-out and recommendation, last action, pending proposal, last runs."""
     try:
+        resolved = resolve(store=store, jobs_file=jobs_file)
         if job is None:
-            out.print(fleet_table(store, jobs_file))
+            out.print(fleet_table(resolved))
         else:
-            job_detail(job, store)
+            known_job(resolved, job)
+            job_detail(job, resolved.settings.store)
     except DaedalusError as exc:
         fail(exc)
 
@@ -275,14 +285,15 @@ def status(
 def approve(
     proposal: Annotated[str, typer.Argument(help="Proposal id (as `daedalus status` shows it)")],
     scaleout: Annotated[int | None, typer.Option(help="Apply this scale-out instead of the proposed")] = None,
-    operator: Operator = USER,
+    operator: Operator = None,
     reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")] = "",
-    jobs_file: JobsFileToCheck = None,
-    store: Store = DEFAULT_URL,
+    jobs_file: JobsFile = None,
+    store: Store = None,
 ) -> None:
     """Approve a scale proposal (optionally with another scale-out within the job's limits)."""
     try:
-        result = answer(proposal, "approve", scaleout, operator, reason, jobs_file, store)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        result = answer(proposal, "approve", scaleout, operator_in_force(operator, resolved), reason, resolved)
     except DaedalusError as exc:
         fail(exc)
     console.print(f"[green]approved[/green] {proposal} at scale-out {result['scaleout']}: the loop of "
@@ -293,13 +304,14 @@ def approve(
 def reject(
     proposal: Annotated[str, typer.Argument(help="Proposal id")],
     reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")] = "",
-    operator: Operator = USER,
-    jobs_file: JobsFileToCheck = None,
-    store: Store = DEFAULT_URL,
+    operator: Operator = None,
+    jobs_file: JobsFile = None,
+    store: Store = None,
 ) -> None:
     """Reject a scale proposal: nothing is done and the loop may propose again."""
     try:
-        result = answer(proposal, "reject", None, operator, reason, jobs_file, store)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        result = answer(proposal, "reject", None, operator_in_force(operator, resolved), reason, resolved)
     except DaedalusError as exc:
         fail(exc)
     console.print(f"[green]rejected[/green] {proposal}")
@@ -310,13 +322,14 @@ def pause(
     job: Annotated[str | None, typer.Argument(help="The job to pause")] = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Kill switch for every job")] = False,
     reason: Annotated[str, typer.Option(help="Why")] = "",
-    operator: Operator = USER,
-    store: Store = DEFAULT_URL,
-    jobs_file: JobsFileToCheck = None,
+    operator: Operator = None,
+    store: Store = None,
+    jobs_file: JobsFile = None,
 ) -> None:
     """Kill switch: the job (or every job) keeps monitoring and deciding but never acts on its own."""
     try:
-        _switch("pause", job, all_jobs, operator, reason, store, jobs_file)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        _switch("pause", job, all_jobs, operator_in_force(operator, resolved), reason, resolved)
     except DaedalusError as exc:
         fail(exc)
 
@@ -325,13 +338,14 @@ def resume(
     job: Annotated[str | None, typer.Argument(help="The job to resume")] = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Turn the kill switch for every job off")] = False,
     reason: Annotated[str, typer.Option(help="Why")] = "",
-    operator: Operator = USER,
-    store: Store = DEFAULT_URL,
-    jobs_file: JobsFileToCheck = None,
+    operator: Operator = None,
+    store: Store = None,
+    jobs_file: JobsFile = None,
 ) -> None:
     """Undo `pause`."""
     try:
-        _switch("resume", job, all_jobs, operator, reason, store, jobs_file)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        _switch("resume", job, all_jobs, operator_in_force(operator, resolved), reason, resolved)
     except DaedalusError as exc:
         fail(exc)
 
@@ -340,16 +354,17 @@ def scale(
     job: Annotated[str, typer.Argument(help="The job")],
     scaleout: Annotated[int, typer.Argument(help="The scale-out to apply")],
     reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")],
-    jobs_file: JobsFile,
-    operator: Operator = USER,
-    store: Store = DEFAULT_URL,
+    jobs_file: JobsFile = None,
+    operator: Operator = None,
+    store: Store = None,
 ) -> None:
     """Scale a job by hand, within its limits (what the `scale-job` deployment does from the UI)."""
-    from daedalus.connectors.jobs import load_jobs
     from daedalus.tasks.approval import post_manual_scale
 
     try:
-        msg = post_manual_scale(load_jobs(jobs_file).job(job), scaleout, reason, operator, store)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        msg = post_manual_scale(known_job(resolved, job), scaleout, reason, operator_in_force(operator, resolved),
+                                resolved.settings.store)
     except DaedalusError as exc:
         fail(exc)
     console.print(f"manual scale of {job} to {scaleout} posted ({msg}); its loop applies it at its next run")

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from daedalus.cli.common import console, progress
-from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
+from daedalus.cli.common import FROM_SETTINGS, Lake, Store, console, fail, progress
+from daedalus.cli.settings import Resolved, resolve
+from daedalus.models.errors import DaedalusError
 
 
 def _quiet_prefect() -> None:
@@ -50,10 +50,19 @@ def _retrain_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def _settings(**options: str | None) -> Resolved:
+    try:
+        return resolve(**options)
+    except DaedalusError as exc:
+        fail(exc)
+
+
 def validate(
-    lake: Annotated[str, typer.Option(help="Metric-history lake URL")] = DEFAULT_LAKE,
+    lake: Lake = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (JSON) here")] = None,
-    store: Annotated[str | None, typer.Option(help="Knowledge store URL: quarantine / release the jobs")] = None,
+    store: Annotated[str | None, typer.Option(
+        help=f"Knowledge store URL: quarantine / release the jobs {FROM_SETTINGS}; without a configured store, "
+             "nothing is quarantined", show_default=False)] = None,
     window_s: Annotated[float, typer.Option(min=1.0, help="Validate the last this many seconds")] = 900.0,
     until: Annotated[float | None, typer.Option(help="End of the window, epoch seconds (default: now)")] = None,
     max_gap_steps: Annotated[int, typer.Option(min=0)] = 5,
@@ -62,10 +71,13 @@ def validate(
     """Run the validate-metrics flow once; exits 1 when a job fails, listing job, expectation and rows."""
     from daedalus.flows.pipeline import validate_metrics
 
+    resolved = _settings(lake=lake, store=store)
+    # The default store folder is nobody's fleet: quarantine only in a store given or configured.
+    store_url = None if resolved.sources["store"] == "default" else resolved.settings.store
     _quiet_prefect()
     with progress() as bars:
         bars.add_task("validating the metric history on Spark", total=None)
-        result = validate_metrics(lake_url=lake, store_url=store, window_s=window_s, until=until,
+        result = validate_metrics(lake_url=resolved.settings.lake, store_url=store_url, window_s=window_s, until=until,
                                   max_gap_steps=max_gap_steps, spark_master=master)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,9 +90,9 @@ def validate(
 
 
 def retrain(
-    lake: Annotated[str, typer.Option(help="Metric-history lake URL")] = DEFAULT_LAKE,
+    lake: Lake = None,
     jobs: Annotated[list[str] | None, typer.Option(help="Only these jobs (repeat, or comma-separated)")] = None,
-    store: Annotated[str, typer.Option(help="Knowledge store URL (current models; promotions)")] = DEFAULT_STORE,
+    store: Store = None,
     history_s: Annotated[float, typer.Option(min=600.0)] = 6 * 3600.0,
     until: Annotated[float | None, typer.Option(help="End of the history, epoch seconds (default: now)")] = None,
     master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
@@ -88,22 +100,25 @@ def retrain(
     """Run the retrain-forecasters flow once: fit, backtest, promote only where better."""
     from daedalus.flows.pipeline import retrain_forecasters
 
+    resolved = _settings(lake=lake, store=store)
     _quiet_prefect()
     with progress() as bars:
         bars.add_task("retraining forecasters on Spark", total=None)
-        result = retrain_forecasters(lake_url=lake, store_url=store, history_s=history_s, until=until,
+        result = retrain_forecasters(lake_url=resolved.settings.lake, store_url=resolved.settings.store,
+                                     history_s=history_s, until=until,
                                      jobs=_jobs(jobs), spark_master=master)
     console.print(_retrain_table(result["outcomes"]))
 
 
 def compact(
-    lake: Annotated[str, typer.Option(help="Metric-history lake URL")] = DEFAULT_LAKE,
+    lake: Lake = None,
     min_age_s: Annotated[float, typer.Option(min=0.0)] = 7200.0,
 ) -> None:
     """Run the compact-lake flow once: merge each partition's old small files."""
     from daedalus.flows.pipeline import compact_lake
 
+    lake_url = _settings(lake=lake).settings.lake
     _quiet_prefect()
-    report = compact_lake(lake_url=lake, min_age_s=min_age_s)
+    report = compact_lake(lake_url=lake_url, min_age_s=min_age_s)
     console.print(f"compacted {report['partitions']} partitions: {report['files_before']} files → "
                   f"{report['files_after']}, {report['duplicates_dropped']} duplicate rows dropped")

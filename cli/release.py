@@ -12,24 +12,25 @@ from typing import Annotated
 import typer
 
 from daedalus.cli.common import JobsFile, Store, console, fail
-from daedalus.cli.operate import USER, Operator
-from daedalus.connectors.store import DEFAULT_URL
+from daedalus.cli.operate import Operator, operator_in_force
+from daedalus.cli.settings import known_job, resolve
 from daedalus.models.errors import DaedalusError
 
 
 def release(
     job: Annotated[str, typer.Argument(help="The quarantined job")],
     reason: Annotated[str, typer.Option(help="Why; recorded in the ledger")],
-    jobs_file: JobsFile,
-    operator: Operator = USER,
-    store: Store = DEFAULT_URL,
+    jobs_file: JobsFile = None,
+    operator: Operator = None,
+    store: Store = None,
 ) -> None:
     """Lift a job's quarantine by metric validation: its loop scales again from its next run."""
-    from daedalus.connectors.jobs import load_jobs
     from daedalus.tasks.validate import post_release
 
     try:
-        msg = post_release(load_jobs(jobs_file).job(job), reason, operator, store)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        msg = post_release(known_job(resolved, job), reason, operator_in_force(operator, resolved),
+                           resolved.settings.store)
     except DaedalusError as exc:
         fail(exc)
     console.print(f"release of {job} posted ({msg.id}); its loop lifts the quarantine at its next run, and a later "

@@ -6,10 +6,14 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,6 +27,10 @@ from daedalus.models.errors import DaedalusError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.policies.base import Policy, Step
 from daedalus.models.ports import Target
+from daedalus.models.text import duration, number, percent
+
+if TYPE_CHECKING:
+    from daedalus.runtime.local_prefect import LocalPrefect
 
 
 class FlowPolicy:
@@ -41,7 +49,7 @@ class FlowPolicy:
         self.job = target.job
         targets.register(target)
         try:
-            with _in_process_prefect():
+            with _no_heartbeats():
                 s = mape_k(job=target.job, store_url=self.store_url)
         finally:
             targets.unregister(target.job)
@@ -54,46 +62,149 @@ class FlowPolicy:
 
 
 @contextlib.contextmanager
-def _in_process_prefect() -> Iterator[None]:
+def _no_heartbeats() -> Iterator[None]:
     """Flow-run heartbeats detect crashed workers; in one process on a simulated clock they only add a
-    second-long thread join to every run, so they are off here."""
+    second-long thread join to every run, so they are off here. Entering a settings context costs a tenth of a
+    demo loop (py-spy), so a session that already turned them off (`flow_session`) is not entered again."""
     from prefect.settings import PREFECT_RUNNER_HEARTBEAT_FREQUENCY, temporary_settings
 
+    if PREFECT_RUNNER_HEARTBEAT_FREQUENCY.value() is None:
+        yield
+        return
     with temporary_settings(updates={PREFECT_RUNNER_HEARTBEAT_FREQUENCY: None}):
         yield
 
 
+# Server services a one-process simulation has no use for: no schedules, workers, pauses or automations. The
+# task-run recorder and the event persister stay, so the UI shows every run's tasks.
+IDLE_SERVICES = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "CANCELLATION_CLEANUP", "PAUSE_EXPIRATIONS", "REPOSSESSOR",
+                 "CLEANUP_RECONCILER", "TRIGGERS")
+SERVER_START_S = 180.0  # migrations of a fresh database take ~10 s on 2 idle cores, far more on busy ones
+
+
+def _start_server(home: Path) -> LocalPrefect:
+    """`prefect server start` on a loopback port with its own database in `home` (SQLite in WAL mode, the writes
+    of task runs and events batched) and its output in `home/server.log`, not on the terminal."""
+    from daedalus.runtime.local_prefect import LocalPrefect, free_port, server_settings
+
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, **server_settings(), "PREFECT_HOME": str(home),
+           **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in IDLE_SERVICES}}
+    env.pop("PREFECT_API_URL", None)
+    log = home / "server.log"
+    with open(log, "ab") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port), "--no-ui"], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return LocalPrefect(home, port, proc, log)
+
+
+def _wait_until_healthy(server: LocalPrefect, timeout_s: float = SERVER_START_S) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.server.poll() is not None:
+            raise DaedalusError(f"the Prefect server exited with {server.server.returncode}; see {server.log}")
+        try:
+            if httpx.get(f"{server.api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise DaedalusError(f"the Prefect server did not answer within {timeout_s:.0f} s; see {server.log}")
+
+
+@contextlib.contextmanager
+def _quiet_console() -> Iterator[None]:
+    """Prefect writes eight INFO lines per flow run to the terminal, which buried the progress bar under
+    thousands of lines: its console handler is silenced for the duration, and its API handler sends the lines
+    to the server instead (the UI shows them). As on the deployed loops, the task runs' "Finished" lines are
+    left out (a sixth of the server's CPU per run, docs/operate.md); the flow's own lines stay."""
+    import prefect  # noqa: F401 - importing Prefect configures its logging, which this then quiets
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    task_runs = logging.getLogger("prefect.task_runs")
+    levels = [h.level for h in handlers], task_runs.level
+    for h in handlers:
+        h.setLevel(logging.CRITICAL + 1)
+    task_runs.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for h, level in zip(handlers, levels[0], strict=True):
+            h.setLevel(level)
+        task_runs.setLevel(levels[1])
+
+
+@contextlib.contextmanager
+def flow_session(home: Path) -> Iterator[None]:
+    """Where a simulation's flow runs go: a Prefect server of its own, its database kept in `home`.
+
+    Ephemeral mode made each demo loop about three times slower (median 1.0 s against 0.35 s on the same busy
+    machine; py-spy showed where): a server on the shared `~/.prefect` database with unbatched writes, a new API
+    client and settings context per flow run, heartbeats; and its output, "database is locked" tracebacks
+    included, went to the terminal. Here one client serves every run, and the server's imports and migrations
+    overlap the flow's imports.
+    """
+    server = _start_server(home)
+    try:
+        from prefect.context import SyncClientContext
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+        from prefect.settings import PREFECT_API_URL, PREFECT_RUNNER_HEARTBEAT_FREQUENCY, temporary_settings
+
+        import daedalus.flows.mape_k  # noqa: F401 - the flow's imports (pmdarima, matplotlib) while the server starts
+
+        _wait_until_healthy(server)
+        with _quiet_console(), temporary_settings(updates={PREFECT_API_URL: server.api_url,
+                                                            PREFECT_RUNNER_HEARTBEAT_FREQUENCY: None}):
+            try:
+                with SyncClientContext.get_or_create():
+                    yield
+            finally:  # the last runs' logs and task-run events reach the server before it stops
+                APILogWorker.drain_all(timeout=30)
+                EventsWorker.drain_all(timeout=30)
+    finally:
+        server.stop()
+
+
 def _summary_table(report: dict[str, Any]) -> Table:
+    """The figures of a run for people: shares as percentages, times as durations."""
     t = Table(title=f"{report['policy']} over {report['duration_s'] / 3600:.1f} simulated hours")
     t.add_column("figure")
     t.add_column("value", justify="right")
     lat, loop = report["latency_s"], report["loop_ms"]
     rows = [
-        ("worker-seconds (% of static)", f"{report['worker_seconds_pct_of_static']:.1f} %"),
-        ("ratio to the lower bound", f"{report['ratio_to_lower_bound']:.2f}"),
-        ("latency p50 / p95 / max (s)", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['max']:.1f}"),
-        (f"seconds over the {report['slo_s']:.0f} s SLO", str(report["seconds_over_slo"])),
-        ("rescales", str(report["rescales"])),
-        ("downtime (s)", str(report["downtime_s"])),
+        ("worker-seconds, share of static", percent(report["worker_seconds_pct_of_static"] / 100)),
+        ("ratio to the lower bound", number(report["ratio_to_lower_bound"], digits=2)),
+        ("latency p50 / p95 / max", " / ".join(duration(lat[q]) for q in ("p50", "p95", "max"))),
+        (f"seconds over the {duration(report['slo_s'])} SLO", number(report["seconds_over_slo"])),
+        ("rescales", number(report["rescales"])),
+        ("downtime", duration(report["downtime_s"])),
     ]
     if report["capacity_error_pct"]["median"] is not None:
-        rows.append(("capacity error median / p95", "{:.1f} % / {:.1f} %".format(
-            report["capacity_error_pct"]["median"], report["capacity_error_pct"]["p95"])))
+        rows.append(("capacity error median / p95", " / ".join(
+            percent(report["capacity_error_pct"][q] / 100) for q in ("median", "p95"))))
     if report["forecast_wape"]["median"] is not None:
-        rows.append(("forecast WAPE median", f"{100 * report['forecast_wape']['median']:.1f} %"))
+        rows.append(("forecast WAPE median", percent(report["forecast_wape"]["median"])))
     if loop["median"] is not None:
-        rows.append(("loop cost: analyze + plan, median / p95 (ms)", f"{loop['median']:.1f} / {loop['p95']:.1f}"))
+        rows.append(("loop cost: analyze + plan, median / p95", " / ".join(
+            number(loop[q], "ms") for q in ("median", "p95"))))
     for row in rows:
         t.add_row(*row)
     return t
 
 
 def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
-               description: str, loop_overrides: dict[str, float] | None = None, store_url: str | None = None
-               ) -> tuple[Any, dict[str, Any]]:
+               description: str, loop_overrides: dict[str, float] | None = None, store_url: str | None = None,
+               prefect_home: Path | None = None) -> tuple[Any, dict[str, Any]]:
     """Simulate `policy` on the workload (the paper's scenario) with a progress bar; returns the run and its score.
 
-    With `store_url`, Daedalus runs every loop through the `mape-k` flow, keeping its knowledge there.
+    With `store_url` and `prefect_home`, Daedalus runs every loop through the `mape-k` flow, keeping its
+    knowledge in the store, on a Prefect server whose database is kept in `prefect_home`.
     """
     from daedalus.sim.report import score
     from daedalus.sim.runner import run
@@ -101,12 +212,14 @@ def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utiliz
 
     sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed,
                                                  loop_overrides)
-    chosen: Policy = FlowPolicy(store_url) if store_url is not None and policy == "daedalus" else \
-        policies.make(policy, max_scaleout, loop_config)
+    flows = store_url is not None and prefect_home is not None and policy == "daedalus"
+    chosen: Policy = FlowPolicy(store_url) if flows else policies.make(policy, max_scaleout, loop_config)
     with progress("simulated loops") as bar_progress:
-        bar = bar_progress.add_task(description, total=None)
-        result = run(workload, chosen, sim_config, loop_config, seed=seed,
-                     on_loop=lambda done, total: bar_progress.update(bar, completed=done, total=total))
+        bar = bar_progress.add_task(f"{description}: starting Prefect" if flows else description, total=None)
+        with flow_session(prefect_home) if flows else contextlib.nullcontext():
+            bar_progress.update(bar, description=description)
+            result = run(workload, chosen, sim_config, loop_config, seed=seed,
+                         on_loop=lambda done, total: bar_progress.update(bar, completed=done, total=total))
     return result, score(result)
 
 
@@ -132,7 +245,8 @@ def simulate(
         with tempfile.TemporaryDirectory() as tmp:
             _, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
                                    cli_bench.loop_overrides(target_recovery, scale_in_interval),
-                                   store_url=f"{tmp}/knowledge" if prefect else None)
+                                   store_url=f"{tmp}/knowledge" if prefect else None,
+                                   prefect_home=Path(tmp) / "prefect" if prefect else None)
     except DaedalusError as exc:
         fail(exc)
     report["workload"] = str(workload)
@@ -142,7 +256,8 @@ def simulate(
 
 
 def demo(
-    out: Annotated[Path, typer.Option(help="Output folder for report.json and report.png")] = Path("demo-output"),
+    out: Annotated[Path, typer.Option(help="Output folder for report.json, report.png and the Prefect database "
+                                           "of the demo's flow runs (prefect/)")] = Path("demo-output"),
     hours: Annotated[float, typer.Option(min=0.5)] = 6.0,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
@@ -150,18 +265,22 @@ def demo(
     from daedalus.sim.plot import plot_run
     from daedalus.sim.workloads import sine_workload
 
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):  # the progress bar tells the story
-        logging.getLogger(name).setLevel(logging.WARNING)
-    console.print("Starting Prefect (ephemeral mode) and the simulated job: 12 workers at most, "
-                  "sine workload with two periods, peak at 90 % of the true capacity of 12 workers.")
-    with tempfile.TemporaryDirectory() as tmp:
-        result, report = run_policy(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, "mape-k",
-                                    store_url=f"{tmp}/knowledge")
+    home = out / "prefect"
+    if home.exists():
+        if not (home / "server.log").exists():
+            fail(DaedalusError(f"{home} exists and is not a previous demo's Prefect database: choose another --out"))
+        shutil.rmtree(home)  # each demo's runs alone, and no schema of an older Prefect
+    console.print(f"Daedalus on a simulated job: {hours:g} h of a sine workload, one `mape-k` flow run per minute.")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            result, report = run_policy(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, "mape-k",
+                                        store_url=f"{tmp}/knowledge", prefect_home=home)
+    except DaedalusError as exc:
+        fail(exc)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot_run(result, out / "report.png")
     console.print(_summary_table(report))
-    console.print(f"Wrote {out / 'report.json'} and {out / 'report.png'}")
-
-
+    console.print(f"Report: {out / 'report.json'} and {out / 'report.png'}")
+    console.print(f"The {len(result.loop_ms)} flow runs and their artifacts in the Prefect UI: "
+                  f"PREFECT_HOME={home} prefect server start, then open http://127.0.0.1:4200", soft_wrap=True)

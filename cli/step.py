@@ -6,6 +6,7 @@ drive the loop with it. It runs the `mape-k` flow through Prefect: the configure
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from daedalus.cli.common import JobsFile, Store, console, fail, out
-from daedalus.connectors.store import DEFAULT_URL
+from daedalus.cli.settings import api_url, known_job, prefect_api, prefect_api_url, resolve
 from daedalus.models.errors import DaedalusError
 
 
@@ -33,8 +34,8 @@ def step_report(job: str, summary: dict[str, Any]) -> dict[str, Any]:
 
 def step(
     job: Annotated[str, typer.Argument(help="The job (a name in the jobs file)")],
-    jobs_file: JobsFile,
-    store: Store = DEFAULT_URL,
+    jobs_file: JobsFile = None,
+    store: Store = None,
     at: Annotated[float | None, typer.Option(help="Evaluate as of this epoch second, replaying the metrics "
                                                   "already in Prometheus")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the decision as JSON here")] = None,
@@ -48,7 +49,13 @@ def step(
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):  # the decision is the output
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        summary = mape_k(job=job, store_url=store, jobs_file=str(jobs_file), at=at)
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        known_job(resolved, job)
+        # The API in force (from any source) once it answers; with none configured, Prefect's ephemeral one.
+        configured = prefect_api_url(resolved)[0] is not None
+        with prefect_api(api_url(resolved)) if configured else contextlib.nullcontext():
+            summary = mape_k(job=job, store_url=resolved.settings.store,
+                             jobs_file=str(resolved.settings.jobs_file), at=at)
     except DaedalusError as exc:
         fail(exc)
     report = step_report(job, summary)

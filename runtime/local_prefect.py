@@ -78,7 +78,8 @@ class LocalPrefect:
     def env(self) -> dict[str, str]:
         """Environment for clients of this server (CLI, workers, flows)."""
         return {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.api_url,
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "DAEDALUS_SETTINGS": str(self.home / "daedalus.toml")}  # what `daedalus deploy` writes, per server
 
     def start_worker(self, pool: str, prefork: bool = False, name: str = "worker",
                      env: dict[str, str] | None = None, limit: int | None = None) -> subprocess.Popen:

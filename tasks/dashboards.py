@@ -29,7 +29,7 @@ from daedalus.connectors.clock import WALL
 from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
 from daedalus.models.forecast import wape
 from daedalus.models.steps import step_means
-from daedalus.models.text import utc
+from daedalus.models.text import duration, number, percent, utc
 from daedalus.tasks.publish import artifact_key, publish
 
 if TYPE_CHECKING:
@@ -38,18 +38,24 @@ if TYPE_CHECKING:
     from daedalus.models.types import Forecast
 
 PLOT_EVERY = 5  # loops between forecast plots (and after every action)
+# Wall-clock seconds between two loops' news at least. Deployed loops run 60 s apart, so it never binds there; a
+# simulation running loops back to back (the demo: 360 in a few minutes) would otherwise render and store a
+# 1,300 × 700 PNG every few seconds.
+NEWS_EVERY_S = 30.0
 FORECAST_STEP_S = 30  # forecasts are kept at the forecaster's step
 FORECAST_KEEP_S = 7200  # two hours of forecasts, like the forecaster's window
 STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts as stale
+# Characters of a reason (ledger) or a health line (fleet) in a table cell, whose text never wraps: at 1,400 px the
+# UI gives a table about 850 px between its menu and its details panel. The full text is in the decision markdown
+# and in `daedalus status JOB`.
+SHORT_REASON = 40
+SHORT_HEALTH = 60
 
 
-
-
-
-
-
-
-
+def short(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with an ellipsis: a table cell, not a paragraph that forces the table
+    wider than the page."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 # --- status --------------------------------------------------------------------------------------
@@ -69,7 +75,7 @@ def health(it: Iteration, knowledge: Knowledge, stop: str | None) -> str:
         return f"holding: {it.analysis.holds[0]}"
     f = knowledge.forecaster
     if f.poor_loops:
-        return f"forecast poor for {f.poor_loops} loop(s) (WAPE {100 * (f.previous_wape or 0):.0f} %)"
+        return f"forecast poor for {f.poor_loops} loop(s) (WAPE {percent(f.previous_wape or 0, digits=0)})"
     return "ok"
 
 
@@ -102,17 +108,19 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
 # --- ledger --------------------------------------------------------------------------------------
 
 
-def ledger_rows(knowledge: Knowledge, limit: int = 30) -> list[dict[str, Any]]:
-    """The newest ledger entries first, with predicted against observed recovery time."""
+def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = False) -> list[dict[str, Any]]:
+    """The newest ledger entries first, with predicted against observed recovery time; reasons cut to a table
+    cell unless `full_reasons` (a terminal wraps them)."""
     rows = []
     for e in reversed(knowledge.ledger[-limit:]):
+        reason = e.reasons[-1] if e.reasons else ""
         rows.append({
-            "time (UTC)": utc(e.time, zone=False, unknown=""), "decision": e.id, "from": e.current, "to": e.target,
-            "state": e.state,
-            "predicted recovery (s)": None if e.predicted_recovery_s is None else round(e.predicted_recovery_s),
-            "observed recovery (s)": None if e.observed_recovery_s is None else round(e.observed_recovery_s),
-            "reason": e.reasons[-1] if e.reasons else "",
-            "last event": e.history[-1][1] if e.history else "",
+            "time (UTC)": utc(e.time, zone=False, unknown="")[:16], "state": e.state,  # to the minute
+            "scale-out": f"{e.current} → {e.target}",
+            "predicted / observed recovery": f"{duration(e.predicted_recovery_s)} / "
+                                             f"{duration(e.observed_recovery_s)}",
+            "reason": reason if full_reasons else short(reason, SHORT_REASON),
+            "last event": e.history[-1][1] if e.history else "", "decision": e.id,
         })
     return rows
 
@@ -176,7 +184,9 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     at, ay = actual_steps(knowledge)
     ft, fy = next_loop_forecast(history)
@@ -185,7 +195,9 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
     def dt(ts: np.ndarray) -> list[datetime]:
         return [datetime.fromtimestamp(float(t), UTC) for t in ts]
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.2), dpi=72, height_ratios=[3, 1], sharex=False)
+    # 1,275 × 720 px, shown about 850 px wide in the UI at 1,400 px (sharp on a high-density screen), with fonts of
+    # 15 px and more there.
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 4.8), dpi=150, height_ratios=[3, 1], sharex=False)
     if len(at):
         top.plot(dt(at), ay, color="black", lw=1.4, label="actual (30 s means)")
     if len(ft):
@@ -195,17 +207,21 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
         top.plot(dt(lt), steps_of(latest.values), color="tab:orange", ls="--", lw=1.2,
                  label=f"next 15 min ({latest.method})")
     title = f"{job}: workload forecast against actual"
-    top.set_title(title + ("" if w is None else f" — WAPE {100 * w:.1f} %"), fontsize=10)
-    top.set_ylabel("tuples/s")
-    top.legend(fontsize=7, loc="upper left")
-    top.tick_params(labelsize=7)
+    top.set_title(title + ("" if w is None else f" — WAPE {percent(w)}"), fontsize=13)
+    top.set_ylabel("tuples/s", fontsize=11)
+    top.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: number(y, digits=0)))
+    top.xaxis.set_major_formatter(matplotlib.dates.DateFormatter("%H:%M", tz=UTC))
+    top.set_xlabel("time (UTC)", fontsize=11)
+    top.legend(fontsize=10, loc="upper left")
+    top.tick_params(labelsize=10)
+    top.grid(alpha=0.3)
     hist = knowledge.forecaster.wape_history
     if hist:
         bottom.bar(range(len(hist)), [100 * h for h in hist], color="tab:gray", width=1.0)
-        bottom.axhline(100 * knowledge.forecaster.wape_threshold, color="tab:red", lw=0.8, ls=":")
-    bottom.set_ylabel("WAPE %", fontsize=7)
-    bottom.set_xlabel("loops (oldest → newest); dotted: retraining threshold", fontsize=7)
-    bottom.tick_params(labelsize=7)
+        bottom.axhline(100 * knowledge.forecaster.wape_threshold, color="tab:red", lw=1.2, ls=":")
+    bottom.set_ylabel("WAPE %", fontsize=11)
+    bottom.set_xlabel("loops, oldest → newest (dotted: retraining threshold)", fontsize=11)
+    bottom.tick_params(labelsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -214,12 +230,12 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
 
 
 def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Forecast) -> str:
-    wape_text = "n/a (nothing to compare yet)" if w is None else f"{100 * w:.1f} %"
-    prev = "n/a" if latest.previous_wape is None else f"{100 * latest.previous_wape:.1f} %"
+    wape_text = "n/a (nothing to compare yet)" if w is None else percent(w)
+    prev = "n/a" if latest.previous_wape is None else percent(latest.previous_wape)
     return (f"# {job}: forecast against actual\n\n"
             f"- WAPE of the forecasts each loop relied on, over the plot: **{wape_text}**\n"
             f"- WAPE of the previous forecast (decides ARIMA or the linear fallback): {prev}\n"
-            f"- method now: {latest.method}; peak of the next 15 minutes: {latest.peak:,.0f} tuples/s\n\n"
+            f"- method now: {latest.method}; peak of the next 15 minutes: {number(latest.peak, 'tuples/s')}\n\n"
             f"![forecast against actual](data:image/png;base64,{base64.b64encode(png).decode()})\n")
 
 
@@ -231,53 +247,60 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
                        version: int | None) -> None:
     """The decision artifact; status and forecast record; the other artifacts when there is news.
 
-    News is an action, or every `PLOT_EVERY`th loop: with a hundred jobs each artifact each minute would be
-    the server's biggest write load.
+    News is an action, or every `PLOT_EVERY`th loop, and not within `NEWS_EVERY_S` of the last news: with a
+    hundred jobs each artifact each minute would be the server's biggest write load.
     """
     job = knowledge.job
-    news = knowledge.loops % PLOT_EVERY == 1 or it.action is not None
-    publish(job, it.analysis, it.decision, it.action, version, news)
+    wall = WALL.now()
     previous = read_status(store_url, job) or {}
-    record = status_record(it, knowledge, mode, stop, WALL.now())
+    news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
+        wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
+    publish(job, it.analysis, it.decision, it.action, version, news)
+    record = {**status_record(it, knowledge, mode, stop, wall),
+              "news_wall": wall if news else previous.get("news_wall")}
     history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
     write_json(store_url, job, FORECASTS, history)
     write_json(store_url, job, STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_table_artifact(key=artifact_key("ledger", job), table=ledger_rows(knowledge),
-                              description=f"Scaling ledger of {job}: predicted and observed recovery times")
+                              description=f"{job}: the scaling ledger, newest first: every rescale decided, proposed "
+                                          "or taken, what became of it, predicted against observed recovery")
     if news:
         png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
         create_markdown_artifact(key=artifact_key("forecast-plot", job),
                                  markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
-                                 description=f"Forecast against actual of {job}")
+                                 description=f"{job}: the workload that arrived against what each loop forecast, "
+                                             "and the forecast's error (WAPE) per loop")
 
 
 # --- fleet ---------------------------------------------------------------------------------------
 
 
 def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
-               on_job: Any = None) -> list[dict[str, Any]]:
-    """One row per (job, mode in the jobs file): current and recommended scale-out, last action, health."""
+               on_job: Any = None) -> list[dict[str, str]]:
+    """One row per (job, mode in the jobs file): health and the scale-out (now → recommended) first, then the
+    last decision and action, a pending proposal, and when the last loop ran."""
     rows = []
     for n, (job, mode) in enumerate(jobs, start=1):
         s = read_status(store_url, job)
         if s is None:
-            rows.append({"job": job, "mode": mode, "current": None, "recommended": None, "decision": "",
-                         "last action": "", "pending": "", "health": "no loop has run yet", "last loop (UTC)": ""})
+            rows.append({"job": job, "health": "no loop has run yet", "scale-out": "", "mode": mode, "decision": "",
+                         "last action": "", "pending proposal": "", "last loop (UTC)": ""})
         else:
             last, pending = s.get("last_action"), s.get("pending")
             age = wall_now - float(s.get("wall") or 0)
+            now, recommended = s.get("current"), s.get("recommended")
             rows.append({
-                "job": job, "mode": s.get("mode", mode), "current": s.get("current"),
-                "recommended": s.get("recommended"), "decision": s.get("kind"),
+                "job": job,
+                "health": short(str(s.get("health")), SHORT_HEALTH) if age <= STALE_AFTER_S else
+                f"stale: no loop for {duration(age)}",
+                "scale-out": f"{now}" if recommended in (None, now) else f"{now} → {recommended}",
+                "mode": s.get("mode", mode), "decision": s.get("kind") or "",
                 "last action": "" if not last else
-                f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], unknown='')}",
-                "pending": "" if not pending else f"{pending['id']} ({pending['from']} → {pending['to']})",
-                "health": s.get("health") if age <= STALE_AFTER_S else f"stale: no loop for {age / 60:.0f} min",
+                f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], zone=False, unknown='')}",
+                "pending proposal": "" if not pending else f"{pending['id']} ({pending['from']} → {pending['to']})",
                 "last loop (UTC)": utc(s.get("wall"), zone=False, unknown=""),
             })
         if on_job is not None:
             on_job(n, len(jobs))
     return rows
-
-

@@ -1,13 +1,20 @@
-"""Prefect artifacts for the UI, with stable keys per job so each report keeps its history."""
+"""Prefect artifacts for the UI, with stable keys per job so each report keeps its history.
+
+Written for the operator reading them at 1,400 px: what to act on first (the decision, the recommended
+scale-out), numbers with units and thousands separators, column names in words, and a description that says
+what each artifact is.
+"""
 
 from __future__ import annotations
 
-import math
 import re
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from daedalus.models.text import duration, number, percent
 from daedalus.models.types import Analysis, Decision, ScalingAction
+
+HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
 
 
 def artifact_key(kind: str, job: str) -> str:
@@ -15,33 +22,38 @@ def artifact_key(kind: str, job: str) -> str:
     return f"{kind}-{re.sub(r'[^a-z0-9-]+', '-', job.lower())}".strip("-")
 
 
-def capacity_rows(a: Analysis) -> list[dict[str, object]]:
-    return [
-        {
+def capacity_rows(a: Analysis, recommended: int | None = None) -> list[dict[str, object]]:
+    """One row per scale-out, marked where the job is now and where the plan wants it."""
+    rows = []
+    for i, (c, obs, r) in enumerate(zip(a.capacities, a.observed, a.recovery_times, strict=True), start=1):
+        marks = [m for m, on in (("now", i == a.scaleout), ("recommended", i == recommended)) if on]
+        rows.append({
             "scale-out": i,
-            "capacity_per_s": round(c),
-            "source": "observed" if obs else "estimated",
-            "predicted_recovery_s": None if math.isinf(r) else round(r),
-            "current": "◀" if i == a.scaleout else "",
-        }
-        for i, (c, obs, r) in enumerate(zip(a.capacities, a.observed, a.recovery_times, strict=True), start=1)
-    ]
+            "now / recommended": " and ".join(marks),
+            "capacity (tuples/s)": number(c),
+            "predicted recovery": duration(r),
+            "capacity from": "observed" if obs else "estimated",
+        })
+    return rows
 
 
 def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None
                       ) -> str:
-    head = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}[d.kind]
     lines = [
-        f"# {job}: {head} — {d.current} → {d.target}",
+        f"# {job}: {HEADS[d.kind]} — {d.current} → {d.target}",
         "",
-        f"- decision `{d.id}`; average workload {a.avg_workload:,.0f}/s; lag {a.lag:,.0f} tuples",
-        f"- capacity now C_{a.scaleout} = {a.capacity(a.scaleout):,.0f}/s; forecast peak (15 min) "
-        f"{a.forecast.peak:,.0f}/s by {a.forecast.method}",
+        f"- **recommended scale-out {d.target}** (now {d.current}); decision `{d.id}`",
     ]
-    if d.predicted_recovery_s is not None:
-        lines.append(f"- predicted recovery time {d.predicted_recovery_s:.0f} s")
     if action is not None:
         lines.append(f"- action: **{action.state}** {action.message}")
+    lines += [
+        f"- workload {number(a.avg_workload, 'tuples/s')} on average over the last loop; consumer lag "
+        f"{number(a.lag, 'tuples')}",
+        f"- capacity now: {number(a.capacity(a.scaleout), 'tuples/s')} at scale-out {a.scaleout}; forecast peak "
+        f"of the next 15 minutes {number(a.forecast.peak, 'tuples/s')} ({a.forecast.method})",
+    ]
+    if d.predicted_recovery_s is not None:
+        lines.append(f"- predicted recovery after the rescale: {duration(d.predicted_recovery_s)}")
     if version is not None:
         lines.append(f"- knowledge version {version}")
     lines += ["", "## Reasons", *(f"1. {r}" for r in d.reasons or ("(none)",))]
@@ -50,18 +62,20 @@ def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction 
 
 def forecast_markdown(job: str, a: Analysis) -> str:
     w = a.forecast.previous_wape
-    wape = "n/a (first forecast)" if w is None else f"{100 * w:.1f} %"
+    wape = "n/a (first forecast)" if w is None else percent(w)
     return (f"# {job}: forecast\n\n- method: **{a.forecast.method}**\n- WAPE of the previous forecast: {wape}\n"
-            f"- next 15 minutes: peak {a.forecast.peak:,.0f}/s\n")
+            f"- peak of the next 15 minutes: {number(a.forecast.peak, 'tuples/s')}\n")
 
 
 def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
             news: bool) -> None:
     """The decision every loop; capacity and forecast only with news, which the caller's publish task judges."""
     create_markdown_artifact(key=artifact_key("decision", job), markdown=decision_markdown(job, a, d, action, version),
-                             description=f"Decision of {job}: {d.kind} {d.current} → {d.target}")
+                             description=f"{job}: the loop's last decision, {HEADS[d.kind].lower()} {d.current} → "
+                                         f"{d.target}, with every reason and what was done")
     if news:
-        create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a),
-                              description=f"Capacity per scale-out of {job}")
+        create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a, d.target),
+                              description=f"{job}: capacity (tuples/s) and predicted recovery time at every "
+                                          f"scale-out; now {a.scaleout}, recommended {d.target}")
         create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
-                                 description=f"Forecast of {job}")
+                                 description=f"{job}: how the workload forecast is made and how good it was")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,11 @@ import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# No test reads or writes the user's settings (~/.config/daedalus/settings.toml, ./daedalus.toml) or takes one of
+# the commands' settings from the shell that runs it (cli/settings.py); subprocesses inherit this.
+for _name in ("DAEDALUS_STORE", "DAEDALUS_JOBS_FILE", "DAEDALUS_LAKE", "DAEDALUS_POOL", "DAEDALUS_OPERATOR"):
+    os.environ.pop(_name, None)
+os.environ["DAEDALUS_SETTINGS"] = os.path.join(tempfile.mkdtemp(prefix="daedalus-settings-"), "settings.toml")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

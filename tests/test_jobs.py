@@ -62,12 +62,19 @@ def test_each_error_names_file_job_and_field(data, expected):
 def test_all_errors_are_collected_and_duplicates_refused():
     data = {"jobs": [GOOD["jobs"][0] | {"prometheus": {"url": "http://p:9090"}},
                      GOOD["jobs"][0] | {"prometheus": {"url": "http://p:9090"}},
-                     {"name": "x", "engine": "sim"}]}
+                     {"name": "x", "engine": "flink"}]}
     with pytest.raises(ConfigurationError) as info:
         parse_jobs(data, "f.yaml")
     lines = str(info.value).splitlines()
     assert "f.yaml: job 'x' (jobs[2]), field scale_target: Field required" in lines
     assert "f.yaml: job 'ysb-ads' is defined twice" in lines
+
+
+def test_a_simulated_job_scales_the_simulator_unless_told_otherwise():
+    sim = parse_jobs({"jobs": [{"name": "demo", "engine": "sim"}]}, "jobs.yaml").job("demo")
+    assert (sim.scale_target.kind, sim.scale_target.name) == ("sim", "demo")
+    with pytest.raises(ConfigurationError, match="engine 'sim' scales through kind 'sim'"):
+        parse_jobs({"jobs": [{"name": "demo", "engine": "sim", "scale_target": {"kind": "Deployment", "name": "d"}}]})
 
 
 def test_unknown_job_and_unreadable_files(tmp_path):

@@ -50,7 +50,9 @@ def fake_api(monkeypatch, gone: list[str] | None = None) -> list[dict]:
     return calls
 
 
-def test_deploy_applies_every_planned_deployment_and_names_the_worker(monkeypatch, jobs_file, store_url):
+def test_deploy_applies_every_planned_deployment_and_names_the_worker(monkeypatch, jobs_file, store_url,
+                                                                      prefect_api_url):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
     calls = fake_api(monkeypatch, gone=["retired"])
     result = run("deploy", "--jobs-file", jobs_file, "--store", store_url, "--pool", "p1", "--no-create-pool",
                  "--no-prefork", "--prune", "--no-background")

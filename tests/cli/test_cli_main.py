@@ -17,7 +17,7 @@ def test_every_command_and_group_is_there():
     found = names(app)
     assert sorted(found) == sorted(["simulate", "demo", "observe", "jobs", "deploy", "status", "approve", "reject",
                                     "pause", "resume", "scale", "worker", "validate", "retrain", "compact", "bench",
-                                    "exporter", "step", "release"])
+                                    "exporter", "step", "release", "config"])
     assert found["jobs"] == ["check"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
                                      "forecast", "capacity"])

@@ -24,9 +24,12 @@ def test_a_simulated_job_is_refused_by_name(jobs_file):
     assert "job 'ads' has engine 'sim'" in flat(result.output)
 
 
-def test_the_jobs_file_option_is_required(jobs_file):
+def test_without_a_jobs_file_it_says_how_to_configure_one(monkeypatch, jobs_file):
     result = run("observe", "ads")
-    assert result.exit_code == 2 and "--jobs-file" in flat(result.output)
+    assert result.exit_code == 1 and "no jobs file configured" in flat(result.output)
+    assert "--jobs-file FILE, set DAEDALUS_JOBS_FILE" in flat(result.output)
+    monkeypatch.setenv("DAEDALUS_JOBS_FILE", str(jobs_file))
+    assert "job 'ads' has engine 'sim'" in flat(run("observe", "ads").output)
 
 
 def test_an_unreachable_prometheus_shows_the_queries_and_the_hold(tmp_path):

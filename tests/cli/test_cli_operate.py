@@ -1,43 +1,106 @@
-"""`daedalus status | approve | reject | pause | resume | scale` alone, from a store folder and `--jobs-file`."""
+"""`daedalus status | approve | reject | pause | resume | scale` alone, configured as an operator's shell is: by
+DAEDALUS_* environment variables and PREFECT_API_URL, no options (issue 14 item 4)."""
 
 from __future__ import annotations
 
 import json
 import time
 
+import pytest
+
 from daedalus.cli import operate
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
+from daedalus.connectors.status import write_json
+from daedalus.connectors.store import KnowledgeStore
 from daedalus.connectors.switches import kill_switch
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.types import LedgerEntry
 from tests.cli.cli_support import flat, tiny_app
-from tests.ops.conftest import with_proposal
+from tests.ops.conftest import T0, with_proposal
 
 run = tiny_app(operate.status, operate.approve, operate.reject, operate.pause, operate.resume, operate.scale)
 
 
-def test_status_names_the_jobs_of_the_file_before_any_loop_ran(jobs_file, store_url):
-    result = run("status", "--jobs-file", jobs_file, "--store", store_url)
+@pytest.fixture
+def fleet(monkeypatch, jobs_file, store_url) -> None:
+    """The jobs file and the store from the environment, as after `export DAEDALUS_…`."""
+    monkeypatch.setenv("DAEDALUS_JOBS_FILE", str(jobs_file))
+    monkeypatch.setenv("DAEDALUS_STORE", store_url)
+
+
+def test_status_names_the_jobs_of_the_file_before_any_loop_ran(fleet):
+    result = run("status")
     assert result.exit_code == 0, result.output
     text = flat(result.output)
     assert "2 job(s) in" in text and "wordcount" in text and "ads" in text and "approve" in text
-    assert "no loop has run yet" in text and "no Prefect API configured" in text
+    assert "no loop has run yet" in text and "store only: no Prefect API configured" in text
 
 
-def test_status_of_one_job_shows_its_pending_proposal(jobs_file, store_url):
+def test_status_without_a_jobs_file_or_a_stored_job_says_how_to_configure_them(tmp_path):
+    # Issue 14 item 4: `daedalus status` showed "0 job(s)" for the default folder.
+    result = run("status")
+    assert result.exit_code == 1
+    text = flat(result.output)
+    assert "no jobs file configured and no job in the store .daedalus/knowledge (default)" in text
+    assert "set DAEDALUS_JOBS_FILE" in text and "daedalus config" in text
+
+
+def test_status_of_one_job_shows_its_pending_proposal(fleet, jobs_file, store_url):
     pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
-    result = run("status", "ads", "--store", store_url)
+    result = run("status", "ads")
     assert result.exit_code == 0, result.output
     assert f"pending proposal {pid}" in flat(result.output)
-    missing = run("status", "ghost", "--store", store_url)
-    assert missing.exit_code == 1 and "nothing stored for job 'ghost'" in flat(missing.output)
+    ghost = run("status", "ghost")
+    assert ghost.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in flat(ghost.output)
+    never_ran = run("status", "wordcount")
+    assert never_ran.exit_code == 1 and "nothing stored for job 'wordcount'" in flat(never_ran.output)
 
 
-def test_approve_with_the_jobs_file_posts_the_answer(jobs_file, store_url):
+def test_status_of_a_job_whose_older_loop_stored_infinite_values(fleet, jobs_file, store_url):
+    # Issue 14 item 7: status.json and the ledger may hold Infinity from older runs.
+    k = Knowledge.new("wordcount", load_jobs(jobs_file).job("wordcount").loop_config())
+    k.record(LedgerEntry("wordcount-1", T0, 4, 6, "scale-out", ("C_4 below the peak",), "executed", float("inf"),
+                         None, "", [(T0, "executed")]))
+    KnowledgeStore(store_url).save(k)
+    write_json(store_url, "wordcount", "status.json", {
+        "job": "wordcount", "mode": "auto", "wall": T0, "current": 6, "recommended": 6, "kind": "no-change",
+        "health": "ok", "capacity": float("inf"), "workload": 120_000.0, "forecast_peak": None,
+        "forecast_method": "linear", "wape": 3e-5, "reasons": ["kept"]})
+    result = run("status", "wordcount")
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    assert "capacity now ∞ tuples/s" in text and "forecast peak — (linear, WAPE < 0.1 %)" in text
+    assert "120,000 tuples/s" in text and "never" in text and "inf" not in text
+
+
+def test_approve_and_reject_without_a_prefect_api_say_so_and_how_to_set_it(fleet, jobs_file, store_url):
+    # Issue 14 item 4: they said "no approval run found" when the API was unset.
     pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
-    refused = run("approve", pid, "--store", store_url)
-    assert refused.exit_code == 1 and "give --jobs-file FILE" in flat(refused.output)
-    result = run("approve", pid, "--scaleout", 5, "--jobs-file", jobs_file, "--store", store_url,
-                 "--operator", "ana", "--reason", "load test")
+    for command in ("approve", "reject"):
+        result = run(command, pid)
+        assert result.exit_code == 1
+        text = flat(result.output)
+        assert "no Prefect API configured: set PREFECT_API_URL" in text and "no approval run" not in text
+    assert Inbox(store_url).pending("ads") == []
+
+
+def test_an_unreachable_prefect_api_is_named_with_where_its_url_came_from(monkeypatch, fleet, jobs_file, store_url):
+    from tests.cli.test_cli_observe import closed_port
+
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")
+    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
+    result = run("approve", pid)
+    assert result.exit_code == 1
+    assert "(env PREFECT_API_URL) is not reachable (ConnectError)" in flat(result.output)
+
+
+def test_approve_posts_the_answer_when_the_proposal_has_no_approval_run(monkeypatch, fleet, jobs_file, store_url,
+                                                                         prefect_api_url):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
+    monkeypatch.setenv("DAEDALUS_OPERATOR", "ana")
+    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
+    result = run("approve", pid, "--scaleout", 5, "--reason", "load test")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["decision"] == "approve" and answer["scaleout"] == 5 and answer["operator"] == "ana"
@@ -45,35 +108,57 @@ def test_approve_with_the_jobs_file_posts_the_answer(jobs_file, store_url):
     assert (msg.kind, msg.body["scaleout"], msg.body["operator"]) == ("approve", 5, "ana")
 
 
-def test_reject_with_the_jobs_file_posts_the_answer(jobs_file, store_url):
+def test_reject_posts_the_answer_and_an_unknown_proposals_job_is_refused(monkeypatch, fleet, jobs_file, store_url,
+                                                                          prefect_api_url):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
     pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
-    result = run("reject", pid, "--jobs-file", jobs_file, "--store", store_url, "--reason", "not now")
+    result = run("reject", pid, "--reason", "not now")
     assert result.exit_code == 0, result.output
     assert f"rejected {pid}" in flat(result.output)
     (_, msg), = Inbox(store_url).pending("ads")
     assert (msg.kind, msg.body["reason"]) == ("reject", "not now")
+    ghost = run("reject", "ghost-1767225600")
+    assert ghost.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in flat(ghost.output)
 
 
-def test_pause_and_resume_check_the_job_against_the_jobs_file(jobs_file, store_url):
-    assert run("pause", "ads", "--jobs-file", jobs_file, "--store", store_url, "--reason", "deploy").exit_code == 0
-    ghost = run("pause", "ghost", "--jobs-file", jobs_file, "--store", store_url)
-    assert ghost.exit_code == 1 and "no job 'ghost'" in flat(ghost.output)
-    assert run("resume", "ads", "--jobs-file", jobs_file, "--store", store_url).exit_code == 0
+def test_pause_and_resume_check_the_job_against_the_jobs_file(fleet, store_url):
+    assert run("pause", "ads", "--reason", "deploy").exit_code == 0
+    ghost = run("pause", "ghost")
+    assert ghost.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in flat(ghost.output)
+    assert run("resume", "ads").exit_code == 0
     assert [m.kind for _, m in Inbox(store_url).pending("ads")] == ["pause", "resume"]
-    assert run("pause", "--store", store_url).exit_code == 2  # neither a job nor --all
-    assert run("pause", "--all", "--store", store_url, "--reason", "incident").exit_code == 0
+    assert Inbox(store_url).pending("ghost") == []
+    assert run("pause").exit_code == 2  # neither a job nor --all
+    assert run("pause", "--all", "--reason", "incident").exit_code == 0
     assert kill_switch(store_url)["reason"] == "incident"
-    assert "kill switch off" in run("resume", "--all", "--store", store_url).output
+    assert "kill switch off" in run("resume", "--all").output
     assert kill_switch(store_url) is None
 
 
-def test_scale_needs_the_jobs_file_and_stays_within_the_limits(jobs_file, store_url):
-    missing = run("scale", "ads", 6, "--reason", "test", "--store", store_url)
-    assert missing.exit_code == 2 and "--jobs-file" in flat(missing.output)
-    too_big = run("scale", "ads", 11, "--reason", "test", "--jobs-file", jobs_file, "--store", store_url)
+def test_a_job_named_without_any_jobs_file_creates_nothing(monkeypatch, store_url):
+    # Issue 14 item 4: `pause nosuchjob` without a jobs file succeeded and created a phantom job.
+    monkeypatch.setenv("DAEDALUS_STORE", store_url)
+    for args in (("pause", "nosuchjob"), ("resume", "nosuchjob"), ("scale", "nosuchjob", 3, "--reason", "r"),
+                 ("status", "nosuchjob")):
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "no jobs file configured, so job 'nosuchjob' cannot be checked" in flat(result.output)
+        assert "DAEDALUS_JOBS_FILE" in flat(result.output)
+    assert KnowledgeStore(store_url).jobs() == [] and Inbox(store_url).pending("nosuchjob") == []
+
+
+def test_scale_stays_within_the_limits(fleet, store_url):
+    too_big = run("scale", "ads", 11, "--reason", "test")
     assert too_big.exit_code == 1 and "outside the job's limits [2, 10]" in flat(too_big.output)
-    ok = run("scale", "ads", 6, "--reason", "test", "--jobs-file", jobs_file, "--store", store_url)
+    ok = run("scale", "ads", 6, "--reason", "test")
     assert ok.exit_code == 0, ok.output
     assert "manual scale of ads to 6 posted" in flat(ok.output)
     (_, msg), = Inbox(store_url).pending("ads")
     assert msg.kind == "scale"
+
+
+def test_an_option_overrides_the_environment(monkeypatch, fleet, jobs_file, tmp_path):
+    monkeypatch.setenv("DAEDALUS_STORE", str(tmp_path / "elsewhere"))
+    assert run("pause", "ads", "--store", str(tmp_path / "store")).exit_code == 0
+    assert len(Inbox(str(tmp_path / "store")).pending("ads")) == 1
+    assert Inbox(str(tmp_path / "elsewhere")).pending("ads") == []

@@ -1,7 +1,12 @@
-"""Fixtures of the ops tests: jobs files of simulated jobs, and knowledge with a pending proposal."""
+"""Fixtures of the ops tests: jobs files of simulated jobs, knowledge with a pending proposal, and a stand-in
+Prefect API that has no approval runs (for the commands' own checks; the real server is tested in test_ops_prefect)."""
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -52,3 +57,38 @@ def with_proposal(spec: JobSpec, store_url: str, current: int = 4, target: int =
 @pytest.fixture
 def ads(jobs_file: Path) -> JobSpec:
     return load_jobs(jobs_file).job("ads")
+
+
+class _PrefectAPI(BaseHTTPRequestHandler):
+    """Just enough of a Prefect API for the commands' client: healthy, version 3, no deployments, no flow runs."""
+
+    def do_GET(self) -> None:
+        self._answer({"/api/health": True, "/api/admin/version": "3.8.8"}.get(self.path))
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._answer([] if self.path in ("/api/flow_runs/filter", "/api/deployments/filter") else None)
+
+    def _answer(self, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(404 if body is None else 200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+
+@pytest.fixture
+def prefect_api_url() -> Iterator[str]:
+    """The URL of a reachable Prefect API that has no approval runs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PrefectAPI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/api"
+    finally:
+        server.shutdown()
+        thread.join(5)

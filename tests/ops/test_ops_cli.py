@@ -88,7 +88,8 @@ def test_manual_scale_outside_the_limits_is_refused(jobs_file, store_url):
     assert ok.exit_code == 0
 
 
-def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
+def test_approve_and_reject_without_an_approval_run(monkeypatch, jobs_file, store_url, prefect_api_url):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
     spec = load_jobs(jobs_file).job("ads")
     k = with_proposal(spec, store_url, created=time.time())
     pid = k.pending.id
@@ -104,7 +105,8 @@ def test_approve_and_reject_without_an_approval_run(jobs_file, store_url):
     assert (msg.kind, msg.body["scaleout"]) == ("approve", 9)
 
 
-def test_an_expired_proposal_cannot_be_approved(jobs_file, store_url):
+def test_an_expired_proposal_cannot_be_approved(monkeypatch, jobs_file, store_url, prefect_api_url):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
     k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0)
     result = run("approve", k.pending.id, "--jobs-file", str(jobs_file), "--store", store_url)
     assert result.exit_code == 1 and "expired" in result.output
@@ -116,8 +118,10 @@ def test_status_from_the_store_alone(jobs_file, store_url):
     fleet = run("status", "--store", store_url, "--jobs-file", str(jobs_file))
     assert fleet.exit_code == 0, fleet.output
     assert "no Prefect API configured" in fleet.output and "no loop has run yet" in fleet.output
-    one = run("status", "ads", "--store", store_url)
+    one = run("status", "ads", "--store", store_url, "--jobs-file", str(jobs_file))
     assert one.exit_code == 0, one.output
     assert "pending proposal ads-" in one.output and "proposed" in one.output
-    missing = run("status", "ghost", "--store", store_url)
-    assert missing.exit_code == 1 and "nothing stored for job 'ghost'" in missing.output
+    missing = run("status", "ghost", "--store", store_url, "--jobs-file", str(jobs_file))
+    assert missing.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in " ".join(missing.output.split())
+    unchecked = run("status", "ads", "--store", store_url)  # a job name is checked against the jobs file
+    assert unchecked.exit_code == 1 and "no jobs file configured" in unchecked.output

@@ -7,9 +7,11 @@ import numpy as np
 from daedalus.connectors.status import read_status, write_json
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
-from daedalus.models.types import Forecast, LedgerEntry
+from daedalus.models.text import percent
+from daedalus.models.types import Analysis, Decision, Forecast, LedgerEntry
 from daedalus.tasks.dashboards import (
     FORECAST_KEEP_S,
+    SHORT_REASON,
     fleet_rows,
     forecast_plot_markdown,
     forecast_png,
@@ -21,6 +23,7 @@ from daedalus.tasks.dashboards import (
     status_record,
     steps_of,
 )
+from daedalus.tasks.publish import capacity_rows, decision_markdown, forecast_markdown
 from tests.ops.conftest import T0
 from tests.ops.test_ops_approval import _sim_target
 
@@ -33,10 +36,36 @@ def test_ledger_rows_newest_first_with_predicted_and_observed_recovery():
                          [(T0 + 960, "rejected by ops")]))
     rows = ledger_rows(k)
     assert [r["decision"] for r in rows] == ["j-2", "j-1"]
-    assert rows[1] == {"time (UTC)": "2026-01-01 00:00:00", "decision": "j-1", "from": 12, "to": 8,
-                       "state": "executed", "predicted recovery (s)": 95, "observed recovery (s)": 62,
-                       "reason": "r1", "last event": "recovered in 62 s"}
-    assert rows[0]["observed recovery (s)"] is None
+    assert rows[1] == {"time (UTC)": "2026-01-01 00:00", "state": "executed", "scale-out": "12 → 8",
+                       "predicted / observed recovery": "95 s / 62 s", "reason": "r1",
+                       "last event": "recovered in 62 s", "decision": "j-1"}
+    assert rows[0]["predicted / observed recovery"] == "2 min / —"
+
+
+def test_tables_for_people_never_show_inf_and_keep_reasons_short():
+    # Issue 14 item 5: "inf s" in the ledger, a reason column that needed sideways scrolling.
+    k = Knowledge.new("j", _sim_target()[0].config)
+    reason = "C_4 = 310,000 tuples/s is below the forecast peak of 420,000 tuples/s " * 3
+    k.record(LedgerEntry("j-1", T0, 4, 6, "scale-out", (reason,), "executed", float("inf"), None, "", []))
+    (row,) = ledger_rows(k)
+    assert row["predicted / observed recovery"] == "never / —" and "inf" not in str(row)
+    assert len(row["reason"]) <= SHORT_REASON and row["reason"].endswith("…")
+    assert ledger_rows(k, full_reasons=True)[0]["reason"] == reason
+
+    a = Analysis(now=T0, scaleout=2, avg_workload=150_000.0, lag=1234.0, capacities=(110_000.4, 215_000.0, 318_000.0),
+                 observed=(True, True, False), forecast=Forecast(T0, (), "linear", 3e-5),
+                 recovery_times=(float("inf"), 95.2, 40.0))
+    rows = capacity_rows(a, recommended=3)
+    assert list(rows[0]) == ["scale-out", "now / recommended", "capacity (tuples/s)", "predicted recovery",
+                             "capacity from"]
+    assert rows[0]["capacity (tuples/s)"] == "110,000" and rows[0]["predicted recovery"] == "never"
+    assert [r["now / recommended"] for r in rows] == ["", "now", "recommended"]
+    assert rows[2]["capacity from"] == "estimated"
+    assert "WAPE of the previous forecast: < 0.1 %" in forecast_markdown("j", a)
+    d = Decision("j-1", T0, "scale-out", 2, 3, ("C_2 below the forecast peak",), float("inf"))
+    md = decision_markdown("j", a, d, None, 7)
+    assert md.startswith("# j: Scale out — 2 → 3") and "**recommended scale-out 3** (now 2)" in md
+    assert "150,000 tuples/s" in md and "predicted recovery after the rescale: never" in md and "inf" not in md
 
 
 def test_forecasts_are_kept_as_step_means_for_two_hours():
@@ -77,10 +106,11 @@ def _iterations(n: int):
 def test_forecast_plot_and_status_from_real_iterations(tmp_path):
     k, its, history = _iterations(8)
     png, w = forecast_png("sim", k, history, its[-1].analysis.forecast)
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(png) < 120_000
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(png) < 200_000
+    assert png[16:24] == (1275).to_bytes(4, "big") + (720).to_bytes(4, "big")  # IHDR: width, height in pixels
     assert w is not None and 0 <= w < 0.25  # a smooth sine: the forecasts each loop relied on were close
     md = forecast_plot_markdown("sim", png, w, its[-1].analysis.forecast)
-    assert f"**{100 * w:.1f} %**" in md and "](data:image/png;base64,iVBORw0KGgo" in md
+    assert f"**{percent(w)}**" in md and "](data:image/png;base64,iVBORw0KGgo" in md
 
     record = status_record(its[-1], k, "auto", None, T0)
     assert (record["job"], record["mode"], record["current"], record["health"]) == ("sim", "auto",
@@ -94,7 +124,8 @@ def test_forecast_plot_and_status_from_real_iterations(tmp_path):
     write_json(store, "sim", "status.json", record)
     assert read_status(store, "sim") == record
     rows = fleet_rows([("sim", "auto"), ("new", "approve")], store, T0 + 30)
-    assert rows[0]["current"] == record["current"] and rows[0]["health"] == "ok"
+    assert list(rows[0])[:3] == ["job", "health", "scale-out"]  # what matters first, visible at 1,400 px
+    assert rows[0]["scale-out"].startswith(str(record["current"])) and rows[0]["health"] == "ok"
     assert rows[1]["health"] == "no loop has run yet" and rows[1]["mode"] == "approve"
     assert fleet_rows([("sim", "auto")], store, T0 + 600)[0]["health"] == "stale: no loop for 10 min"
 
@@ -115,3 +146,27 @@ def test_status_right_after_an_operators_action_shows_the_new_scale_out():
     record = status_record(it, k, "auto", None, T0)
     assert (record["current"], record["recommended"]) == (10, 10)
     assert record["last_action"]["to"] == 10
+
+
+def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_the_server(monkeypatch, tmp_path):
+    # Issue 14 item 1: the demo runs 360 loops in minutes; each 5th rendered and stored a PNG.
+    from daedalus.tasks import dashboards
+
+    k, its, _ = _iterations(1)  # the first loop has news
+    seen: list[bool] = []
+    wall = iter([T0, T0 + 5, T0 + 40])
+
+    class Clock:
+        def now(self) -> float:
+            return next(wall)
+
+    monkeypatch.setattr(dashboards, "WALL", Clock())
+    monkeypatch.setattr(dashboards, "publish", lambda *args: seen.append(args[-1]))
+    monkeypatch.setattr(dashboards, "create_markdown_artifact", lambda **kw: None)
+    monkeypatch.setattr(dashboards, "create_table_artifact", lambda **kw: None)
+    store = str(tmp_path / "store")
+    for _ in range(3):
+        k.loops = 6  # a loop with news by the count (6 % PLOT_EVERY == 1)
+        dashboards.publish_dashboards.fn(its[-1], k, store, "auto", None, 1)
+    assert seen == [True, False, True]
+    assert read_status(store, "sim")["news_wall"] == T0 + 40
