@@ -106,7 +106,7 @@ class JobSpec(Strict):
             raise ValueError("field parallelism: renamed `scaleout` (the paper's word), with the same min, max and "
                              "max_step: rename the key in the jobs file")
         if isinstance(data, dict) and data.get("engine") == "sim" and "scale_target" not in data:
-            return {**data, "scale_target": {"kind": "sim", "name": data.get("name")}}  # the simulator is the target
+            return {**data, "scale_target": {"kind": "sim", "name": "sim"}}  # the simulator is the target
         return data
 
     @model_validator(mode="after")

@@ -72,7 +72,10 @@ def test_all_errors_are_collected_and_duplicates_refused():
 
 def test_a_simulated_job_scales_the_simulator_unless_told_otherwise():
     sim = parse_jobs({"jobs": [{"name": "demo", "engine": "sim"}]}, "jobs.yaml").job("demo")
-    assert (sim.scale_target.kind, sim.scale_target.name) == ("sim", "demo")
+    assert sim.scale_target.kind == "sim"
+    with pytest.raises(ConfigurationError) as info:  # one error for a bad name, not a second for the default target
+        parse_jobs({"jobs": [{"name": "Bad_Name", "engine": "sim"}]}, "jobs.yaml")
+    assert len(str(info.value).splitlines()) == 1 and "field name: 'Bad_Name'" in str(info.value)
     with pytest.raises(ConfigurationError, match="engine 'sim' scales through kind 'sim'"):
         parse_jobs({"jobs": [{"name": "demo", "engine": "sim", "scale_target": {"kind": "Deployment", "name": "d"}}]})
 
