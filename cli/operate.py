@@ -73,14 +73,21 @@ def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
         info[d.name] = {"deployment": str(d.id), "paused": d.paused, "last": None, "late_s": None}
     for r in runs:
         d = by_id.get(r.deployment_id)
-        if d is None:
+        if d is None or _skipped(r.state):
             continue
         entry = info[d.name]
         if entry["last"] is None:
             entry["last"] = r.state.name if r.state else "?"
-        if entry["late_s"] is None and r.start_time is not None:
-            entry["late_s"] = (r.start_time - r.expected_start_time).total_seconds()
+        if entry["late_s"] is None and r.start_time is not None:  # a worker may start a run before it is due
+            entry["late_s"] = max(0.0, (r.start_time - r.expected_start_time).total_seconds())
     return info
+
+
+def _skipped(state: Any) -> bool:
+    """A run the deployment's one-at-a-time limit cancelled because the previous loop still ran (a worker catching
+    up on late runs): no loop was missed, so it is not what "last run" should show."""
+    return (state is not None and state.type.value == "CANCELLED" and
+            "concurrency limit" in (state.message or "").lower())
 
 
 def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:

@@ -195,17 +195,21 @@ def config() -> None:
     except ConfigurationError as exc:
         fail(exc)
     state = "exists" if resolved.file.is_file() else "does not exist yet: `daedalus deploy` writes it"
+    # The file and the variable have their own places (title, column), so `from` is one word and the values,
+    # paths and URLs, keep the width of an 80-column terminal.
     t = Table(title=f"settings file {resolved.file} ({state})")
-    for col in ("setting", "environment variable", "value", "from"):
-        t.add_column(col)
+    t.add_column("setting", no_wrap=True)
+    t.add_column("environment variable", no_wrap=True)
+    t.add_column("value", overflow="fold", ratio=1)
+    t.add_column("from", no_wrap=True)
     url, source = prefect_api_url(resolved)
     for name in Settings.model_fields:
         value, where = (url, source) if name == "prefect_api_url" else (getattr(resolved.settings, name),
                                                                          resolved.sources[name])
-        t.add_row(name, ENV_NAMES[name], shown(name, value), where)
+        t.add_row(name, ENV_NAMES[name], shown(name, value), where if where == "Prefect profile" else where.split()[0])
     from prefect.settings import PREFECT_API_KEY
 
     from_env = bool(os.environ.get("PREFECT_API_KEY"))
     t.add_row("Prefect API key", "PREFECT_API_KEY", "set (not shown)" if from_env or PREFECT_API_KEY.value()
-              else "(not set)", "env PREFECT_API_KEY" if from_env else "Prefect profile")
+              else "(not set)", "env" if from_env else "Prefect profile")
     out.print(t)

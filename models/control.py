@@ -144,7 +144,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             why = f"released from quarantine by {who}: {b.get('reason') or 'no reason given'}"
             k.record(LedgerEntry(id=msg.id, time=now, current=current, target=current, kind="no-change",
-                                 reasons=(why,), state="decided", history=[(now, why)]))
+                                 reasons=(why,), state="decided", history=[(now, why)], wall=wall_now))
             out.notes.append(why)
         elif msg.kind == "recovered":
             k.settle_recovery(str(b.get("decision")), b.get("observed_recovery_s"), b.get("downtime_s"), now)

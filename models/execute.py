@@ -18,11 +18,11 @@ from daedalus.models.text import utc
 from daedalus.models.types import Decision, LedgerEntry, ScalingAction
 
 
-def _entry(decision: Decision) -> LedgerEntry:
+def _entry(decision: Decision, wall_now: float | None) -> LedgerEntry:
     return LedgerEntry(
         id=decision.id, time=decision.time, current=decision.current, target=decision.target,
         kind=decision.kind, reasons=decision.reasons, state="decided",
-        predicted_recovery_s=decision.predicted_recovery_s,
+        predicted_recovery_s=decision.predicted_recovery_s, wall=wall_now,
     )
 
 
@@ -39,14 +39,14 @@ def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
 
 
 def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, *, dry_run: bool = False,
-          note: str = "", journal: Journal | None = None) -> ScalingAction:
+          note: str = "", journal: Journal | None = None, wall_now: float | None = None) -> ScalingAction:
     """Scale now (or validate, with dry_run); idempotent on the decision id, write-ahead through `journal`."""
     entry = knowledge.entry(decision.id)
     if entry is not None and entry.state in ("executed", "dry-run", "executing", "abandoned"):
         return ScalingAction(decision.id, now, decision.current, decision.target, entry.state,
                              "already applied: not applying twice")
     if entry is None:
-        entry = _entry(decision)
+        entry = _entry(decision, wall_now)
         knowledge.record(entry)
     previous_action = knowledge.last_action
     if not dry_run:
@@ -119,7 +119,7 @@ def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str
 def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float, wall_now: float | None = None
             ) -> ScalingAction:
     """Approve mode: park the decision as a proposal for an operator, until `ttl_s` wall-clock seconds from now."""
-    entry = knowledge.entry(decision.id) or _entry(decision)
+    entry = knowledge.entry(decision.id) or _entry(decision, wall_now)
     if knowledge.entry(decision.id) is None:
         knowledge.record(entry)
     entry.state = "proposed"
@@ -140,9 +140,10 @@ def execute(cfg: LoopConfig, decision: Decision, knowledge: Knowledge, scaler: S
     if not decision.changes:
         return None
     if operator:
-        return apply(decision, knowledge, scaler, now, journal=journal)
+        return apply(decision, knowledge, scaler, now, journal=journal, wall_now=wall_now)
     if stop is not None:
-        return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ")
+        return apply(decision, knowledge, scaler, now, dry_run=True, note=f"{stop}: not acting; ", wall_now=wall_now)
     if cfg.mode == "approve":
         return propose(decision, knowledge, now, cfg.approval_timeout, wall_now)
-    return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run", journal=journal)
+    return apply(decision, knowledge, scaler, now, dry_run=cfg.mode == "dry-run", journal=journal,
+                 wall_now=wall_now)

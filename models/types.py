@@ -134,3 +134,11 @@ class LedgerEntry:
     observed_recovery_s: float | None = None
     message: str = ""
     history: list[tuple[float, str]] = field(default_factory=list)
+    # The wall clock when it was recorded, what people read; `time` is the job's clock (a simulated job's runs
+    # faster). None in entries stored before it existed.
+    wall: float | None = None
+
+    @property
+    def shown_time(self) -> float:
+        """When it happened, as an operator's clock says."""
+        return self.time if self.wall is None else self.wall

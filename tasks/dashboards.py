@@ -95,7 +95,7 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
         "job": knowledge.job, "time": d.time, "wall": wall, "mode": mode, "current": now_at,
         "recommended": recommended, "kind": d.kind, "reasons": list(d.reasons),
         "action": None if it.action is None else it.action.state,
-        "last_action": None if acted is None else {"id": acted.id, "time": acted.time, "from": acted.current,
+        "last_action": None if acted is None else {"id": acted.id, "time": acted.shown_time, "from": acted.current,
                                                   "to": acted.target, "state": acted.state},
         "pending": None if p is None else {"id": p.id, "from": p.current, "to": p.target, "expires": p.expires},
         "paused": knowledge.paused, "stop": stop, "quarantine": knowledge.quarantine,
@@ -115,7 +115,7 @@ def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = Fals
     for e in reversed(knowledge.ledger[-limit:]):
         reason = e.reasons[-1] if e.reasons else ""
         rows.append({
-            "time (UTC)": utc(e.time, zone=False, unknown="")[:16], "state": e.state,  # to the minute
+            "time (UTC)": utc(e.shown_time, zone=False, unknown="")[:16], "state": e.state,  # to the minute
             "scale-out": f"{e.current} → {e.target}",
             "predicted / observed recovery": f"{duration(e.predicted_recovery_s)} / "
                                              f"{duration(e.observed_recovery_s)}",

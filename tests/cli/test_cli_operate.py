@@ -162,3 +162,11 @@ def test_an_option_overrides_the_environment(monkeypatch, fleet, jobs_file, tmp_
     assert run("pause", "ads", "--store", str(tmp_path / "store")).exit_code == 0
     assert len(Inbox(str(tmp_path / "store")).pending("ads")) == 1
     assert Inbox(str(tmp_path / "elsewhere")).pending("ads") == []
+
+
+def test_a_run_the_one_at_a_time_limit_cancelled_is_not_the_last_run():
+    from prefect.states import Cancelled, Completed, Late
+
+    assert operate._skipped(Cancelled(message="Deployment concurrency limit reached."))
+    assert not operate._skipped(Cancelled(message="cancelled by alice"))
+    assert not operate._skipped(Completed()) and not operate._skipped(Late())

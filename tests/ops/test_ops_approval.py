@@ -209,6 +209,11 @@ def test_an_approval_timeout_is_wall_clock_time_whatever_the_jobs_speed():
     first = iterate(target, knowledge, PLAIN)
     assert first.action.state == "proposed" and knowledge.pending.expires == T0 + 3600
     assert "awaiting approval until 2026-01-01 01:00:00 UTC" in first.action.message  # for people, not an epoch
+    entry = knowledge.entry(first.decision.id)  # the ledger shows people the wall clock, the job keeps its own
+    assert (entry.wall, entry.shown_time) == (T0, T0) and entry.time == first.decision.time != T0
+    from daedalus.tasks.dashboards import ledger_rows
+
+    assert ledger_rows(knowledge)[0]["time (UTC)"] == "2026-01-01 00:00"
     for _ in range(10):  # 10 wall minutes, 100 simulated minutes: past the timeout on the job's clock
         wall.t += 60
         sim.advance(600)
