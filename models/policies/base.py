@@ -42,6 +42,14 @@ class Baseline:
 
     name: str = "baseline"
 
+    @staticmethod
+    def check_limits(policy: str, target_utilization: float, min_scaleout: int, max_scaleout: int) -> None:
+        """The settings every utilisation-targeting baseline shares, refused with the policy's name."""
+        if not 0 < target_utilization <= 1:
+            raise ValueError(f"{policy} target_utilization must be in (0, 1], got {target_utilization}")
+        if not 1 <= min_scaleout <= max_scaleout:
+            raise ValueError(f"{policy} needs 1 ≤ min_scaleout ≤ max_scaleout, got {min_scaleout}, {max_scaleout}")
+
     def decide(self, obs: Observation, current: int, now: float) -> int:
         """The wanted scale-out (return `current` to keep it)."""
         raise NotImplementedError

@@ -59,10 +59,7 @@ class DS2(Baseline):
         backlog_threshold_s: float = 300.0,
         idle_cpu: float = 0.085,
     ) -> None:
-        if not 0 < target_utilization <= 1:
-            raise ValueError(f"DS2 target_utilization must be in (0, 1], got {target_utilization}")
-        if not 1 <= min_scaleout <= max_scaleout:
-            raise ValueError(f"DS2 needs 1 ≤ min_scaleout ≤ max_scaleout, got {min_scaleout}, {max_scaleout}")
+        self.check_limits("DS2", target_utilization, min_scaleout, max_scaleout)
         if catch_up_s <= 0 or window_s <= 0 or stabilization_s < 0 or not 0 <= idle_cpu < 1:
             raise ValueError("DS2 needs catch_up_s > 0, window_s > 0, stabilization_s ≥ 0 and idle_cpu in [0, 1)")
         self.max_scaleout = max_scaleout

@@ -56,10 +56,7 @@ class HPA(Baseline):
         scale_up_percent: float = 100.0,
         scale_up_pods: int = 4,
     ) -> None:
-        if not 0 < target_utilization <= 1:
-            raise ValueError(f"HPA target_utilization must be in (0, 1], got {target_utilization}")
-        if not 1 <= min_scaleout <= max_scaleout:
-            raise ValueError(f"HPA needs 1 ≤ min_scaleout ≤ max_scaleout, got {min_scaleout}, {max_scaleout}")
+        self.check_limits("HPA", target_utilization, min_scaleout, max_scaleout)
         if tolerance < 0 or stabilization_s < 0:
             raise ValueError("HPA tolerance and stabilization_s must be ≥ 0")
         self.name = f"hpa-{round(100 * target_utilization)}"
