@@ -203,6 +203,22 @@ def find_approval_run(proposal: str) -> Any | None:
     return runs[0] if runs else None
 
 
+APPROVAL_RUN_START_S = 90.0  # a proposal shows in `status` before its approval run (a flow run) has started
+
+
+def _approval_run(proposal: str) -> Any | None:
+    """The proposal's approval run once it waits for an answer or has ended: an operator who answers the moment
+    a proposal appears should not be told to come back later."""
+    run = find_approval_run(proposal)
+    deadline = time.monotonic() + APPROVAL_RUN_START_S
+    with console.status(f"waiting for the approval run of {proposal} to start"):
+        while (run is not None and run.state is not None and not run.state.is_paused() and not run.state.is_final()
+               and not run.empirical_policy.resuming and time.monotonic() < deadline):
+            time.sleep(2)
+            run = find_approval_run(proposal)
+    return run
+
+
 def answer(proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
            resolved: Resolved) -> dict[str, Any]:
     """Check the answer against the jobs file and the job's knowledge, then resume the proposal's approval run
@@ -212,7 +228,7 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
     from daedalus.tasks.approval import Refused, check_answer, post_answer
 
     with prefect_api(api_url(resolved)):
-        run = find_approval_run(proposal)
+        run = _approval_run(proposal)
         store_url = resolved.settings.store
         if run is None:
             spec = known_job(resolved, proposal.rsplit("-", 1)[0])
@@ -228,7 +244,8 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
                               f"({state.message}); nothing was done")
             if (state is not None and state.is_final()) or run.empirical_policy.resuming:
                 raise Refused(f"proposal {proposal} was already answered: its approval run {run.id} is {name}")
-            raise Refused(f"the approval run of {proposal} is {name}, not waiting yet: try again in a few seconds")
+            raise Refused(f"the approval run of {proposal} is still {name} after {APPROVAL_RUN_START_S:.0f} s: is a "
+                          "worker running for the pool? (`daedalus status` shows the loops' runs)")
         spec = load_jobs(jobs).job(job)
         target = check_answer(spec, proposal, decision, scaleout, store_url)
         from prefect.exceptions import FlowPauseTimeout

@@ -1,11 +1,13 @@
 """End to end on a real Prefect server (SQLite, loopback port) and a real process worker (`daedalus worker`):
-two simulated jobs in approve mode are deployed from a jobs file, their one-minute schedules run them, one
-proposal is approved (with another scale-out) and one rejected through the REST endpoint the UI's resume
-form calls, and the deployments, runs, artifacts and ledgers are checked. About three minutes on two cores."""
+three simulated jobs in approve mode are deployed from a jobs file, their one-minute schedules run them, one
+proposal is approved (with another scale-out) through the REST endpoint the UI's resume form calls, one is
+rejected with `daedalus reject` the moment it appears, one is left to expire, and the deployments, runs, artifacts and ledgers are checked. About five
+minutes on two cores."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +81,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     jobs_file = write_jobs(root / "jobs.yaml", [
         {"name": "ads", "sim": {"seed": 1, "speedup": 20}},
         {"name": "clicks", "sim": {"seed": 2, "speedup": 20}},
+        {"name": "views", "sim": {"seed": 3, "speedup": 20}, "approval_timeout": "2m"},  # nobody answers
     ], defaults={"mode": "approve", "approval_timeout": "6h", "scaleout": {"min": 1, "max": 12}})
     store = str(root / "store")
     server = start_server(root / "prefect")
@@ -110,17 +114,24 @@ def _suspended_approval(s: Scenario, job: str) -> str | None:
     return None
 
 
+def _pending(s: Scenario, job: str) -> str | None:
+    k = KnowledgeStore(s.store).load(job).knowledge
+    return None if k is None or k.pending is None else k.pending.id
+
+
 def _answer(s: Scenario) -> None:
-    for job in ("ads", "clicks"):
-        s.approval_runs[job] = wait_for(f"a suspended approval run for {job}", lambda j=job: _suspended_approval(s, j),
-                                        300, s.server)
+    # An operator who answers the moment `status` shows the proposal: the command waits for its approval run.
+    s.proposals["clicks"] = wait_for("a proposal for clicks", lambda: _pending(s, "clicks"), 300, s.server)
+    rejected = s.cli("reject", s.proposals["clicks"], "--reason", "peak ahead", "--operator", "bob")
+    assert rejected.returncode == 0, rejected.stderr + rejected.stdout
+    s.approval_runs["clicks"] = json.loads(rejected.stdout.strip().splitlines()[-1])["approval_run"]
+    s.approval_runs["ads"] = wait_for("a suspended approval run for ads", lambda: _suspended_approval(s, "ads"), 300,
+                                      s.server)
     # What the UI's resume form sends. The server validates it against the form's schema: limits from the jobs file.
     body = {"decision": "approve", "scaleout": 13, "operator": "alice", "reason": "capacity test"}
     s.refused = s.api("POST", f"/flow_runs/{s.approval_runs['ads']}/resume", json={"run_input": body})
     s.api("POST", f"/flow_runs/{s.approval_runs['ads']}/resume",
           json={"run_input": {**body, "scaleout": APPROVED_AT}})
-    s.api("POST", f"/flow_runs/{s.approval_runs['clicks']}/resume",
-          json={"run_input": {"decision": "reject", "scaleout": 11, "operator": "bob", "reason": "peak ahead"}})
 
     def answered() -> bool:
         ads = KnowledgeStore(s.store).load("ads").knowledge
@@ -210,6 +221,26 @@ def test_the_ledgers_record_who_answered_and_what_happened(scenario):
     rejected = clicks.entry(scenario.proposals["clicks"])
     assert rejected.state == "rejected" and "rejected by bob: peak ahead" in [w for _, w in rejected.history]
     assert clicks.pending is None or clicks.pending.id != scenario.proposals["clicks"]
+
+
+def _expired(s: Scenario) -> tuple[Any, dict] | None:
+    """The first proposal of `views` once expired, with its approval run."""
+    k = KnowledgeStore(s.store).load("views").knowledge
+    entry = next((e for e in (k.ledger if k else []) if e.state == "expired"), None)
+    if entry is None:
+        return None
+    runs = [r for r in _runs(s, "approve-scale") if f"proposal:{entry.id}" in r["tags"]]
+    return (entry, runs[0]) if runs and runs[0]["state"]["type"] == "COMPLETED" else None
+
+
+def test_an_unanswered_proposal_expires_on_the_wall_clock_as_a_completed_run(scenario):
+    # Issue 14 items 2 and 3: at speedup 20 a 2-minute timeout is 40 simulated minutes, and expiry is no failure.
+    entry, run = wait_for("the unanswered proposal of views to expire", lambda: _expired(scenario), 420,
+                          scenario.server)
+    assert run["state"]["name"] == "Expired" and "nothing was done" in run["state"]["message"]
+    ended = datetime.fromisoformat(run["end_time"]).timestamp()
+    assert entry.wall is not None and ended - entry.wall >= 120 - 1  # two wall minutes, not six seconds
+    assert "expired unanswered at" in entry.history[-1][1]
 
 
 def _latest(scenario: Scenario, key: str) -> dict:
