@@ -163,7 +163,12 @@ def _run_child(conn: socket.socket, request: dict) -> None:
                                 (signal.SIGINT, signal.default_int_handler), (signal.SIGUSR1, _cancel_run)):
             signal.signal(signum, handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-        os.chdir(request["cwd"])
+        try:
+            os.chdir(request["cwd"])
+        except FileNotFoundError:  # the worker stopped and removed the run's folder before it began: not a crash
+            print(f"flow run not started: the worker is stopping (its folder {request['cwd']} is gone)",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["prefect.engine", *request["argv"]]
@@ -181,6 +186,8 @@ def _run_child(conn: socket.socket, request: dict) -> None:
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # anything else: the run crashed; say so on its stderr
         import traceback
 

@@ -52,3 +52,25 @@ def test_the_insecure_context_prefect_modifies_is_never_shared(shared: None) -> 
     assert a is not b
     assert a.verify_mode == ssl.CERT_NONE and not a.check_hostname
     assert tls_context(PrefectClient(API)).verify_mode == ssl.CERT_REQUIRED  # the shared one was not touched
+
+
+def test_a_run_whose_folder_the_stopping_worker_removed_exits_quietly(tmp_path: Path) -> None:
+    # Found in an operator's hour: a run handed over as the worker stopped printed a FileNotFoundError traceback.
+    import os
+    import socket
+    import sys
+
+    from daedalus.runtime import prefork
+
+    parent, child = socket.socketpair()
+    stderr = tmp_path / "stderr"
+    pid = os.fork()
+    if pid == 0:  # the preloaded process's child, as the fork server makes it
+        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT), 2)
+        sys.stderr = os.fdopen(2, "w")  # pytest's capture stands in for it here
+        prefork._run_child(child, {"cwd": str(tmp_path / "gone"), "env": {}, "argv": []})
+    child.close()
+    assert prefork._recv(parent) == {"exit": 1}
+    assert os.waitpid(pid, 0)[1] >> 8 == 1
+    text = stderr.read_text()
+    assert "the worker is stopping" in text and "Traceback" not in text
