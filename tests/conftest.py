@@ -35,3 +35,38 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
     with prefect_test_harness(server_startup_timeout=120):
         yield
+        drop_undeliverable(DELIVER_S)  # before the harness drains them without a time limit
+
+
+DELIVER_S = 60.0
+
+
+def drop_undeliverable(timeout_s: float) -> None:
+    """Deliver the events and logs Prefect still queues within `timeout_s`, then drop the rest.
+
+    Prefect retries each queued item on its own, about 7 s apiece, and waits for all of them at exit. An item for a
+    server that has gone (a test's own server, stopped; one that died on a loaded machine) would then hold the
+    test run for hours: a CI run hung 50 minutes with 1,100 events for a server no longer there.
+    """
+    import queue
+    import sys
+
+    if "prefect" not in sys.modules:
+        return
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (EventsWorker, APILogWorker):
+        instances = tuple(service._instances.values())
+        service.drain_all(timeout=timeout_s, at_exit=False)
+        for instance in instances:  # what is left is for a server that does not answer
+            while True:
+                try:
+                    instance._queue.get_nowait()
+                except queue.Empty:
+                    break
+            instance._queue.put_nowait(None)  # the service's loop ends after the item in flight
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    drop_undeliverable(DELIVER_S)
