@@ -211,8 +211,11 @@ class RecoveryTracker:
 def track_recovery(tracker: RecoveryTracker, obs: Observation, restart_time: float | None = None) -> float | None:
     """Feed the observation's samples after the rescale to `tracker`, until it reports the end of recovery.
 
-    Returns the job's restart time: that of the first sample after the rescale with an uptime (its timestamp
-    minus the uptime), or `restart_time`, already found in an earlier observation of the same recovery.
+    Returns the job's restart time: that of the first sample after the rescale whose uptime starts after the
+    rescale (its timestamp minus the uptime; up to one metric step earlier, for clocks that differ), or
+    `restart_time`, already found in an earlier observation of the same recovery. Samples that still count the
+    uptime from before are skipped: an engine may restart some seconds after the request (Flink at its next
+    checkpoint).
 
     Examples
     --------
@@ -225,12 +228,19 @@ def track_recovery(tracker: RecoveryTracker, obs: Observation, restart_time: flo
     ...                   lag=np.zeros(8), uptime_s=np.array([50, 51, 0, 0, 1, 2, 3, 4.0]), scaleout=1)
     >>> track_recovery(tracker, obs), tracker.recovered_at
     (102.0, 104.0)
+
+    The old uptime still counting after the rescale (the restart came later) is not the restart:
+
+    >>> late = RecoveryTracker(rescale_time=100.0, detector=detector, consecutive=2)
+    >>> obs.uptime_s[:] = [50, 51, 52, 53, 1, 2, 3, 4.0]
+    >>> track_recovery(late, obs)
+    102.0
     """
     after = obs.timestamps > tracker.rescale_time
     samples = zip(obs.timestamps[after].tolist(), residual(obs)[after].tolist(), obs.uptime_s[after].tolist(),
                   strict=True)
     for t, r, up in samples:
-        if restart_time is None and up > 0:
+        if restart_time is None and up > 0 and t - up >= tracker.rescale_time - obs.step_s:
             restart_time = t - up
         tracker.update(t, r)
         if tracker.recovered:
