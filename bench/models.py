@@ -54,7 +54,7 @@ def forecast_trace(values: np.ndarray, season: int | None) -> dict[str, Any]:
     first = max(WARMUP_S, season or 0)
     errors: dict[str, list[float]] = {"daedalus": [], "last_value": [], "seasonal_naive": []}
     actual_total = 0.0
-    served = {"arima": 0, "linear": 0, "none": 0}
+    served: dict[str, int] = {}  # how often each method (or, chosen per lead, each mix such as arima+linear) served
     for end in range(STEP_S, len(values) - HORIZON_S + 1, STEP_S):
         chunk = slice(end - STEP_S, end)
         forecaster.observe(START + 1 + np.arange(chunk.start, chunk.stop), values[chunk])
@@ -64,7 +64,7 @@ def forecast_trace(values: np.ndarray, season: int | None) -> dict[str, Any]:
             continue
         actual = values[end: end + HORIZON_S]
         actual_total += float(np.abs(actual).sum())
-        served[f.method] += 1
+        served[f.method] = served.get(f.method, 0) + 1
         model = np.asarray(f.values[:HORIZON_S], dtype=float) if f.values else np.full(HORIZON_S, values[end - 1])
         errors["daedalus"].append(float(np.abs(actual - model).sum()))
         errors["last_value"].append(float(np.abs(actual - values[end - 1]).sum()))
@@ -99,7 +99,7 @@ def run_forecast_bench(workloads: Sequence[Workload], traces: dict[str, np.ndarr
 
 def forecast_markdown(report: dict[str, Any]) -> str:
     lines = [
-        "| trace | origins | season | Daedalus forecaster | last value | seasonal naive | served ARIMA / linear |",
+        "| trace | origins | season | Daedalus forecaster | last value | seasonal naive | served (times) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in report["traces"].items():
@@ -109,7 +109,7 @@ def forecast_markdown(report: dict[str, Any]) -> str:
         season = f"{r['season_s'] / 60:.0f} min" if r["season_s"] else "none"
         cells = [_pct(r[f"wape_{m}"]) for m in ("daedalus", "last_value", "seasonal_naive")]
         lines.append(f"| {name} | {r['origins']} | {season} | {' | '.join(cells)} "
-                     f"| {r['served']['arima']} / {r['served']['linear']} |")
+                     f"| {', '.join(f'{m} {n}' for m, n in sorted(r['served'].items()))} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-"""The benchmark's figure per workload, laid out like the paper's: the workload, workers over time per policy,
-the latency CDF per policy, and resource usage bars against the lower bound."""
+"""The benchmark's figures. Per workload, laid out like the paper's: the workload, workers over time per policy,
+the latency CDF per policy, resource usage bars against the lower bound, and the Pareto panel (worker-seconds
+against p95 latency, one point per policy). For all workloads at once: the Pareto panels in one figure."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def plot_workload(workload: str, runs: list[dict[str, Any]], table: dict[str, di
     minutes = np.arange(len(any_series["workload"]))
     hours = minutes / 60.0
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8), constrained_layout=True)
-    (ax_w, ax_n), (ax_cdf, ax_bar) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(18, 8), constrained_layout=True)
+    (ax_w, ax_n, ax_pareto), (ax_cdf, ax_bar, ax_free) = axes
+    ax_free.set_visible(False)
     fig.suptitle(f"{workload}: policies compared (seed {seed} for the series, mean of the seeds for the bars)")
 
     ax_w.plot(hours, np.asarray(any_series["workload"]) / 1000, color="black", lw=0.9, label="workload")
@@ -77,6 +79,67 @@ def plot_workload(workload: str, runs: list[dict[str, Any]], table: dict[str, di
     ax_bar.set_ylabel("worker-seconds, % of static")
     ax_bar.set_title("resource usage")
 
+    _pareto_axes(ax_pareto, "worker-seconds against p95 latency (lower left is better)", table, colors)
+    ax_pareto.set_xlabel("worker-seconds, % of static (lower bound dashed)")
+    ax_pareto.set_ylabel("p95 latency (s)")
+    ax_pareto.legend(loc="upper right", fontsize=8)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _pareto_axes(ax: Any, workload: str, table: dict[str, dict[str, Any]], colors: dict[str, str]) -> None:
+    """One workload: worker-seconds (% of static) against p95 latency, one point per policy (mean of the seeds,
+    bars over the seeds' range), the lower bound as a dashed line; the points no other policy beats on both
+    axes (the Pareto front) are joined."""
+    points = {}
+    for p in _order(set(table)):
+        e = table[p]
+        x, y = e["worker_seconds_pct_of_static"], e["latency_p95_s"]
+        if x is None or y is None:
+            continue
+        points[p] = (x, y)
+        xr, yr = e.get("worker_seconds_pct_of_static_range") or [x, x], e.get("latency_p95_s_range") or [y, y]
+        ax.errorbar(x, y, xerr=[[x - xr[0]], [xr[1] - x]], yerr=[[y - yr[0]], [yr[1] - y]], fmt="o", ms=6,
+                    color=colors.get(p, "grey"), ecolor=colors.get(p, "grey"), elinewidth=0.8, capsize=2, label=p)
+    front = sorted((xy for p, xy in points.items()
+                    if not any(o != xy and o[0] <= xy[0] and o[1] <= xy[1] for o in points.values())))
+    if len(front) > 1:
+        ax.plot(*zip(*front, strict=True), color="black", lw=0.6, ls=":")
+    ratios = [table[p]["worker_seconds_pct_of_static"] / table[p]["ratio_to_lower_bound"]
+              for p in table if table[p].get("ratio_to_lower_bound")]
+    if ratios:
+        ax.axvline(float(np.mean(ratios)), color="black", ls="--", lw=0.8)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(bottom=0.0)  # latency is never negative: no symlog ticks below 0
+    ax.set_title(workload, fontsize=9)
+    ax.tick_params(labelsize=7)
+
+
+def plot_pareto(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> Path:
+    """Every workload's Pareto panel in one figure: x worker-seconds as % of static (the lower bound dashed),
+    y p95 latency in seconds (log above 1 s); lower-left is better on both."""
+    workloads = list(results)
+    policies = _order({p for t in results.values() for p in t})
+    colors = {p: f"C{i}" for i, p in enumerate(policies)}
+    cols = min(4, max(1, len(workloads)))
+    rows = (len(workloads) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False, constrained_layout=True)
+    for ax, workload in zip(axes.flat, workloads, strict=False):
+        _pareto_axes(ax, workload, results[workload], colors)
+    for ax in list(axes.flat)[len(workloads):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("p95 latency (s)", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("worker-seconds, % of static", fontsize=8)
+    handles = [plt.Line2D([], [], marker="o", ls="", color=colors[p], label=p) for p in policies]
+    handles.append(plt.Line2D([], [], ls="--", color="black", label="lower bound"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
+    fig.suptitle("worker-seconds against p95 latency, one point per policy\n(mean of the seeds, bars: their range)",
+                 fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

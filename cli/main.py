@@ -13,6 +13,7 @@ import typer
 from daedalus.cli import bench as cli_bench
 from daedalus.cli import deploy as cli_deploy
 from daedalus.cli import exporter as cli_exporter
+from daedalus.cli import flink as cli_flink
 from daedalus.cli import jobs as cli_jobs
 from daedalus.cli import observe as cli_observe
 from daedalus.cli import operate as cli_operate
@@ -37,6 +38,7 @@ bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, fo
 for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.retrain, cli_bench.validate,
                  cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity):
     bench.command()(_command)
+bench.command(name="flink")(cli_flink.bench)  # calibration on a real local Flink (docs/engines.md)
 app.add_typer(bench, name="bench")
 
 jobs = typer.Typer(help="The jobs file: one entry per streaming job.", no_args_is_help=True)

@@ -260,8 +260,19 @@ def demo(
                                            "of the demo's flow runs (prefect/)")] = Path("demo-output"),
     hours: Annotated[float, typer.Option(min=0.5)] = 6.0,
     seed: Annotated[int, typer.Option()] = 0,
+    engine: Annotated[str, typer.Option(help="sim (the embedded simulator) or flink (a real local Flink 2.3: "
+                                             "docs/engines.md)")] = "sim",
+    minutes: Annotated[float, typer.Option(min=3.0, help="--engine flink: the compressed trace's length")] = 12.0,
 ) -> None:
-    """The whole loop on the embedded simulator: a 6-hour sine workload through the Prefect flow."""
+    """The whole loop on the embedded simulator (a 6-hour sine workload through the Prefect flow), or with
+    `--engine flink` on a real Flink job started on this machine."""
+    if engine not in ("sim", "flink"):
+        fail(DaedalusError(f"--engine: {engine!r} is not an engine the demo runs; known: flink, sim"))
+    if engine == "flink":
+        from daedalus.cli.flink import flink_demo
+
+        flink_demo(out, minutes, seed)
+        return
     from daedalus.sim.plot import plot_run
     from daedalus.sim.workloads import sine_workload
 

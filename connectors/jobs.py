@@ -24,14 +24,15 @@ from daedalus.connectors.settings import (
     invalid,
 )
 from daedalus.connectors.sim_persistent import SimSettings
-from daedalus.models.config import LoopConfig, Mode
+from daedalus.models.config import LoopConfig, Mode, Planner
 from daedalus.models.errors import ConfigurationError
 
 LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in models/config.py
 
 Engine = Literal["flink", "kafka-streams", "spark", "sim"]
 ENGINES: tuple[str, ...] = ("flink", "kafka-streams", "spark", "sim")
-ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "sim"]
+ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "flink-rest",
+                   "flink-reactive", "sim"]
 
 
 class ScaleTarget(Strict):
@@ -42,7 +43,9 @@ class ScaleTarget(Strict):
     namespace: Rfc1123Label = "default"
     name: Rfc1123Subdomain
     ready_timeout: Duration = 120.0  # after a patch, wait this long for the new scale-out to be ready
-    path: str | None = None  # spark-local: the job's working folder
+    # spark-local: the job's working folder; flink-rest: the JobManager's REST address (http://host:8081);
+    # flink-reactive: the local cluster's folder (runtime/flink.py)
+    path: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -87,6 +90,9 @@ class JobSpec(Strict):
     selector: dict[str, str] = Field(default_factory=dict)
     source: dict[str, str] = Field(default_factory=dict)
     queries: dict[str, str] = Field(default_factory=dict)  # per-job PromQL template overrides
+    # The label that tells the job's workers apart in its metrics: `pod` on Kubernetes, `tm_id` for a standalone
+    # Flink (whose TaskManagers carry no `pod`).
+    worker_label: str = Field("pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     scale_target: ScaleTarget
     scaleout: ScaleOut = ScaleOut()
     partitions: int | None = Field(LOOP.partitions, ge=1)
@@ -95,6 +101,8 @@ class JobSpec(Strict):
     scale_in_interval: NonNegativeDuration = LOOP.scale_in_interval
     mode: Mode = LOOP.mode
     approval_timeout: Duration = LOOP.approval_timeout
+    planner: Planner = LOOP.planner
+    latency_slo: Duration = LOOP.latency_slo
     blackout: tuple[Blackout, ...] = ()
     sim: SimSettings | None = None
     store_url: str | None = None
@@ -124,7 +132,8 @@ class JobSpec(Strict):
         )
 
         try:
-            QuerySet(self.name, self.engine, self.selector, self.source, self.queries, 60.0)
+            QuerySet(self.name, self.engine, self.selector, self.source, self.queries, 60.0,
+                     worker_label=self.worker_label)
         except ConfigurationError as exc:
             raise ValueError(str(exc)) from exc
         return self
@@ -140,6 +149,8 @@ class JobSpec(Strict):
             scale_in_interval=self.scale_in_interval,
             mode=self.mode,
             approval_timeout=self.approval_timeout,
+            planner=self.planner,
+            latency_slo=self.latency_slo,
         )
 
 

@@ -1,7 +1,8 @@
 """Monitor through Prometheus: the job's metrics since the previous loop as one aligned Observation.
 
 Range queries at a fixed step, on a grid aligned to the step (so consecutive loops neither overlap nor
-skip a sample). Per-worker series are aligned by pod; a worker without a sample at a step is NaN there.
+skip a sample). Per-worker series are aligned by the worker label (`pod`, or the job's `worker_label`: `tm_id` for a
+standalone Flink); a worker without a sample at a step is NaN there.
 Everything that makes the data doubtful becomes a hold reason in `Observation.holds` — no data, partial
 series, stale series, counter resets, NaN — and the loop holds instead of guessing. When the job's
 scale-out itself cannot be read (Prometheus unreachable, timing out or failing after the bounded retries,
@@ -35,7 +36,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from pydantic import Field, HttpUrl, field_validator, model_validator
 from urllib3.util import Retry, Timeout
 
-from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, WORKER_KEYS, WORKER_LABEL, QuerySet
+from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, WORKER_KEYS, QuerySet
 from daedalus.connectors.settings import BlockName, Duration, EnvName, Strict, invalid, redact, secret
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation
@@ -108,7 +109,8 @@ class PrometheusSource:
                 f"job {spec.name!r}: field prometheus: engine {spec.engine!r} needs prometheus.url")
         p = spec.prometheus
         stale = 2 * p.step if p.stale_after is None else p.stale_after
-        queries = QuerySet(spec.name, spec.engine, spec.selector, spec.source, spec.queries, 4 * p.step, stale)
+        queries = QuerySet(spec.name, spec.engine, spec.selector, spec.source, spec.queries, 4 * p.step, stale,
+                           spec.worker_label)
         login = p.auth.credentials(spec.name) if p.auth is not None else Credentials()
         tls = p.tls if p.tls is not None else TlsSettings()
         return cls(spec.name, queries, str(p.url), p.step, p.timeout, p.retries, deadline_s=p.deadline,
@@ -231,7 +233,7 @@ class PrometheusSource:
         for key in JOB_KEYS:
             holds += self._job_holds(key, series[key], ts.size)
         current = max(round(float(scaleout[-1])), 1)
-        holds += self._duplicates(raw["duplicates"])
+        holds += self._duplicates(raw["duplicates"], self.queries.worker_label)
         throughput, cpu = self._workers(workers, ts, current, holds)
         holds += raw.get("resets", [])
         return Observation(job=job, timestamps=ts, workload=series["workload"].values, throughput=throughput,
@@ -250,23 +252,23 @@ class PrometheusSource:
                            uptime_s=empty, scaleout=max(round(values[0]), 1), step_s=self.step_s)
 
     def _by_worker(self, results: list[dict[str, Any]], key: str, holds: list[str]) -> dict[str, dict[float, float]]:
+        label = self.queries.worker_label
         out: dict[str, dict[float, float]] = {}
         for r in results:
-            pod = r.get("metric", {}).get(WORKER_LABEL)
+            pod = r.get("metric", {}).get(label)
             if pod is None:
-                holds.append(f"{key} series without a `{WORKER_LABEL}` label: {r.get('metric')} "
-                             f"(aggregate `by ({WORKER_LABEL})`)")
+                holds.append(f"{key} series without a `{label}` label: {r.get('metric')} (aggregate `by ({label})`)")
                 continue
             out[pod] = self._points(r)
         return out
 
     @staticmethod
-    def _duplicates(results: list[dict[str, Any]]) -> list[str]:
+    def _duplicates(results: list[dict[str, Any]], worker_label: str) -> list[str]:
         """A hold per worker exported more than once, naming the labels that tell its series apart."""
         series: dict[str, list[dict[str, str]]] = {}
         for r in results:
             labels = r.get("metric", {})
-            series.setdefault(labels.get(WORKER_LABEL, "?"), []).append(labels)
+            series.setdefault(labels.get(worker_label, "?"), []).append(labels)
         holds = []
         for pod, found in sorted(series.items()):
             differ = sorted({k for s in found for k in s if len({t.get(k) for t in found}) > 1})

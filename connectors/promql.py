@@ -7,15 +7,18 @@ A template names what the monitor phase needs; `${...}` placeholders are filled 
   after a regex matcher (`=~`, `!~`) the value is first escaped for RE2, so it matches itself only (`.*` is
   the two characters, not everything);
 - `${window}`: the rate window (4 × the query step, at least 1 s); `${range}`: the loop's window (resets);
-- `${stale}`: how old a worker's newest sample may be before it counts as stale (default 2 × the step).
+- `${stale}`: how old a worker's newest sample may be before it counts as stale (default 2 × the step);
+- `${worker}`: the name of the label that tells the job's workers apart (`worker_label`, default `pod`).
 
 Values are only ever inserted as whole quoted string literals and label names must be identifiers, so a
 job name, selector or topic cannot change the structure of a query (no PromQL injection).
 
-Per-worker templates (`WORKER_KEYS`) aggregate `by (pod)`: the monitor aligns workers on the `pod` label.
-Clusters that label workers differently override the template with `label_replace(..., "pod", ...)`.
+Per-worker templates (`WORKER_KEYS`) aggregate `by (${worker})`: the monitor aligns workers on that label, `pod`
+by default (Kubernetes service discovery adds it to every series of a pod). A standalone Flink has no `pod`: its
+TaskManagers are told apart by `tm_id`, which Flink itself puts on every TaskManager- and task-scope series, so a
+Flink job outside Kubernetes sets `worker_label: tm_id`.
 `duplicates` (`CHECK_KEYS`) returns the raw series of a metric each worker exports exactly once (its JVM CPU
-load), for the pods that export it more than once: a pod scraped twice (two overlapping scrape jobs) would
+load), for the workers that export it more than once: a pod scraped twice (two overlapping scrape jobs) would
 double its throughput under `sum by (pod)`, so the monitor holds and names the labels that differ.
 """
 
@@ -40,8 +43,8 @@ _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 
 
 def duplicated(series: str) -> str:
-    """The series of `series` (one per worker, normally) for the pods that have more than one of them."""
-    return f"{series} and on ({WORKER_LABEL}) (count by ({WORKER_LABEL}) ({series}) > 1)"
+    """The series of `series` (one per worker, normally) for the workers that have more than one of them."""
+    return f"{series} and on (${{worker}}) (count by (${{worker}}) ({series}) > 1)"
 
 
 # Kafka broker (JMX exporter): messages arriving per topic, the workload of any Kafka-fed job.
@@ -51,31 +54,74 @@ BROKER = {
     "resets": f"sum(resets({BROKER_MESSAGES_IN}[${{range}}])) or vector(0)",
 }
 
-# Flink in reactive mode, Prometheus reporter (`flink_<scope>_<metric>`), one TaskManager per pod.
-# Lag is the Kafka source's `pendingRecords` (FLIP-33): its sum over readers is the whole backlog in
-# tuples, which the recovery model needs; `records_lag_max` (a maximum per reader) underestimates it.
+# Flink 2.x, Prometheus reporter (`flink_<scope>_<metric>`), one TaskManager (one slot) per worker. Which labels a
+# real reporter puts on which scope decides the queries (docs/engines.md):
+# - job and task scope carry `job_name` (and `tm_id`, `subtask_index`, `task_name`, operator scope `operator_name`):
+#   the job's selector (`job_name`, sanitised by Flink: `daedalus-demo` is published as `daedalus_demo`) picks them;
+# - TaskManager scope (JVM CPU) carries only `tm_id` and `host` (plus `pod` on Kubernetes), never `job_name`: it is
+#   attributed to the job by joining on the worker label with the job's own task series (`and on (${worker})`), so
+#   TaskManagers of other jobs and idle ones drop out;
+# - the JobManager's cluster gauges (`numRegisteredTaskManagers`) carry no job label at all: the scale-out is counted
+#   from the job's own tasks, the distinct subtasks of its source (= its parallelism; one slot per TaskManager).
+# Per worker, throughput is the rate at which its tasks take records in (the largest over its non-source tasks: each
+# record passes every stage once), or what its sources emit when the whole job is chained into them; after a keyBy
+# a source subtask's output is not what its own TaskManager processes (under backpressure one reader may stall
+# while another feeds every worker). Rates come from the record counters, not the `…PerSecond` gauges, 60 s moving
+# averages that trail every change by half a minute. Utilisation is the busy share of the worker's busiest task
+# (`busyTimeMsPerSecond` / 1000), which reaches 1 when the task saturates however many processes share the cores;
+# the JVM's CPU load does not (`FLINK_JVM_CPU`, measured in docs/engines.md).
+# Lag is the source's `pendingRecords` (FLIP-33): its sum over readers is the whole backlog in tuples, which the
+# recovery model needs; `records_lag_max` (a maximum per reader) underestimates it.
+FLINK_SOURCE_OUT = 'flink_taskmanager_job_task_operator_numRecordsOut{${selector}, operator_name=~"Source.*"}'
+FLINK_TASKS_IN = 'flink_taskmanager_job_task_numRecordsIn{${selector}, task_name!~"Source.*"}'
+FLINK_BUSY = "clamp_max(max by (${worker}) (flink_taskmanager_job_task_busyTimeMsPerSecond{${selector}}) / 1000, 1)"
+FLINK_JVM_CPU = f"max by (${{worker}}) (flink_taskmanager_Status_JVM_CPU_Load and on (${{worker}}) {FLINK_SOURCE_OUT})"
+# Older reporters, and the simulator's exporter (sim/exporter.py), publish only the per-second gauges, the JVM's
+# CPU load under the job's selector and the registered TaskManagers: each query falls back to that shape, and only
+# for a job that publishes none of the counters above (`… unless on () count(…)` is empty as soon as it does), so
+# a real Flink 2.x job never mixes in a TaskManager of another job.
+_LEGACY_CPU = "flink_taskmanager_Status_JVM_CPU_Load{${selector}}"
+
+
+def _or_legacy(query: str, legacy: str, present: str = FLINK_SOURCE_OUT) -> str:
+    """`query`, or `legacy` when the job publishes no `present` series at all."""
+    return f"{query} or ({legacy} unless on () count({present}))"
+
+
 FLINK = {
     **BROKER,
-    "throughput": "sum by (pod) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond"
-    '{${selector}, operator_name=~"Source.*"})',
-    "cpu": "max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{${selector}})",
-    "fresh": "sum by (pod) (count_over_time(flink_taskmanager_Status_JVM_CPU_Load{${selector}}[${stale}]))",
-    "duplicates": duplicated("flink_taskmanager_Status_JVM_CPU_Load{${selector}}"),
+    "throughput": _or_legacy(
+        f"max by (${{worker}}) (sum by (${{worker}}, task_name) (rate({FLINK_TASKS_IN}[${{window}}]))) "
+        f"or sum by (${{worker}}) (rate({FLINK_SOURCE_OUT}[${{window}}]))",
+        "sum by (${worker}) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond"
+        '{${selector}, operator_name=~"Source.*"})'),
+    "cpu": _or_legacy(FLINK_BUSY, f"max by (${{worker}}) ({_LEGACY_CPU})",
+                      "flink_taskmanager_job_task_busyTimeMsPerSecond{${selector}}"),
+    "fresh": _or_legacy(f"sum by (${{worker}}) (count_over_time({FLINK_SOURCE_OUT}[${{stale}}]))",
+                        f"sum by (${{worker}}) (count_over_time({_LEGACY_CPU}[${{stale}}]))"),
+    "duplicates": _or_legacy(
+        duplicated(f"flink_taskmanager_Status_JVM_CPU_Load and on (${{worker}}) {FLINK_SOURCE_OUT}"),
+        duplicated(_LEGACY_CPU)),
     "lag": "sum(flink_taskmanager_job_task_operator_pendingRecords{${selector}})",
-    "scaleout": "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})",
+    "scaleout": _or_legacy(f"count(count by (subtask_index) ({FLINK_SOURCE_OUT}))",
+                           "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})"),
     "uptime": "max(flink_jobmanager_job_uptime{${selector}}) / 1000",
 }
+# The utilisation signals a Flink job's `cpu` query may name instead of writing a template (`queries: {cpu:
+# jvm-cpu-load}` in the jobs file): busy time is the default; the JVM's CPU load fits TaskManagers with cores of
+# their own (a CPU limit per pod), where it reaches 1 at saturation too.
+FLINK_CPU_SIGNALS = {"busy-time": FLINK_BUSY, "jvm-cpu-load": FLINK_JVM_CPU}
 
 # Kafka Streams, JMX exporter with lowercased names; one instance per pod.
 _KS_PROCESS = "kafka_streams_stream_task_metrics_process_total{${selector}}"
 KAFKA_STREAMS = {
     "workload": BROKER["workload"],
-    "throughput": f"sum by (pod) (rate({_KS_PROCESS}[${{window}}]))",
-    "cpu": "max by (pod) (java_lang_operatingsystem_processcpuload{${selector}})",
-    "fresh": "sum by (pod) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
+    "throughput": f"sum by (${{worker}}) (rate({_KS_PROCESS}[${{window}}]))",
+    "cpu": "max by (${worker}) (java_lang_operatingsystem_processcpuload{${selector}})",
+    "fresh": "sum by (${worker}) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
     "duplicates": duplicated("java_lang_operatingsystem_processcpuload{${selector}}"),
     "lag": "sum(kafka_consumer_consumer_fetch_manager_metrics_records_lag{${selector}, topic=${source.topic}})",
-    "scaleout": "count(max by (pod) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
+    "scaleout": "count(max by (${worker}) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
     "uptime": "time() - max(process_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_KS_PROCESS}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
@@ -88,18 +134,19 @@ _SPARK_CPU = "java_lang_operatingsystem_processcpuload{${selector}}"
 _SPARK_READ = "spark_streaming_input_rows_total{${selector}}"
 SPARK = {
     "workload": BROKER["workload"],
-    "throughput": f"max by (pod) ({_SPARK_CPU}) * 0 + on() group_left() "
+    "throughput": f"max by (${{worker}}) ({_SPARK_CPU}) * 0 + on() group_left() "
     f"(sum(rate({_SPARK_READ}[${{window}}])) / count({_SPARK_CPU}))",
-    "cpu": f"max by (pod) ({_SPARK_CPU})",
-    "fresh": f"sum by (pod) (count_over_time({_SPARK_CPU}[${{stale}}]))",
+    "cpu": f"max by (${{worker}}) ({_SPARK_CPU})",
+    "fresh": f"sum by (${{worker}}) (count_over_time({_SPARK_CPU}[${{stale}}]))",
     "duplicates": duplicated(_SPARK_CPU),
     "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
-    "scaleout": f"count(max by (pod) ({_SPARK_CPU}))",
+    "scaleout": f"count(max by (${{worker}}) ({_SPARK_CPU}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_SPARK_READ}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
 
 ENGINES: dict[str, dict[str, str]] = {"flink": FLINK, "kafka-streams": KAFKA_STREAMS, "spark": SPARK}
+NAMED: dict[str, dict[str, dict[str, str]]] = {"flink": {"cpu": FLINK_CPU_SIGNALS}}  # engine → query → name → template
 
 
 def quote(value: str) -> str:
@@ -142,7 +189,8 @@ class QuerySet:
     """The rendered queries of one job: its engine's templates with the job's overrides and labels."""
 
     def __init__(self, job: str, engine: str, selector: Mapping[str, str], source: Mapping[str, str],
-                 overrides: Mapping[str, str], window_s: float, stale_s: float | None = None) -> None:
+                 overrides: Mapping[str, str], window_s: float, stale_s: float | None = None,
+                 worker_label: str = WORKER_LABEL) -> None:
         if engine not in ENGINES:
             raise ConfigurationError(f"job {job!r}: field engine: no PromQL templates for engine {engine!r}; "
                                      f"known: {', '.join(sorted(ENGINES))}")
@@ -150,8 +198,12 @@ class QuerySet:
         if unknown:
             raise ConfigurationError(f"job {job!r}: field queries.{unknown[0]}: not a query the monitor uses; "
                                      f"known: {', '.join(KEYS)}")
-        self.job = job
-        self.templates = {**ENGINES[engine], **overrides}
+        if not _LABEL_NAME.match(worker_label):
+            raise ConfigurationError(f"job {job!r}: field worker_label: {worker_label!r} is not a Prometheus label "
+                                     "name (letters, digits, _)")
+        self.job, self.worker_label = job, worker_label
+        named = NAMED.get(engine, {})
+        self.templates = {**ENGINES[engine], **{k: named.get(k, {}).get(v.strip(), v) for k, v in overrides.items()}}
         self._selector = dict(selector)
         self._source = dict(source)
         self._window = duration(max(window_s, 1.0))
@@ -171,11 +223,11 @@ class QuerySet:
                                              f"needs it (template {template!r})")
                 regex = _REGEX_MATCHER.search(template, 0, m.start()) is not None
                 return quote(regex_literal(values[sub]) if regex else values[sub])
-            if sub is None and name in ("selector", "window", "range", "stale"):
+            if sub is None and name in ("selector", "window", "range", "stale", "worker"):
                 return {"selector": self._matchers, "window": self._window, "range": duration(range_s),
-                        "stale": self._stale}[name]
+                        "stale": self._stale, "worker": self.worker_label}[name]
             raise ConfigurationError(f"{where}: unknown placeholder {m.group(0)!r}; known: ${{selector}}, "
-                                     "${selector.KEY}, ${source.KEY}, ${window}, ${range}, ${stale}")
+                                     "${selector.KEY}, ${source.KEY}, ${window}, ${range}, ${stale}, ${worker}")
 
         return _PLACEHOLDER.sub(fill, template)
 

@@ -49,6 +49,14 @@ def scaler(spec: JobSpec, store_url: str) -> Scaler:
         from daedalus.connectors.kubernetes import KubernetesScaler
 
         return KubernetesScaler.from_spec(spec)
+    if kind == "flink-rest":
+        from daedalus.connectors.flink_rest import FlinkRestScaler
+
+        return FlinkRestScaler.from_spec(spec)
+    if kind == "flink-reactive":
+        from daedalus.connectors.flink_rest import FlinkReactiveScaler
+
+        return FlinkReactiveScaler.from_spec(spec)
     if kind == "spark-local":
         from daedalus.connectors.spark_local import SparkLocalScaler
 
@@ -59,7 +67,7 @@ def scaler(spec: JobSpec, store_url: str) -> Scaler:
         return PersistentSimulatedJob.from_spec(spec, store_url)
     raise ConfigurationError(
         f"job {spec.name!r}: no scale target kind {kind!r}; known: Deployment, FlinkDeployment, "
-        "SparkApplication, StatefulSet, sim, spark-local"
+        "SparkApplication, StatefulSet, flink-reactive, flink-rest, sim, spark-local"
     )
 
 

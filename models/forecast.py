@@ -24,6 +24,7 @@ Pure: no I/O, no wall clock (time is passed in), no Prefect.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 from daedalus.models import forecast_state
 from daedalus.models.forecast_arima import ArimaModel
 from daedalus.models.forecast_fallback import LinearFallback
+from daedalus.models.forecast_select import IntervalForecast, MethodRecord
 from daedalus.models.forecast_state import STATE_VERSION
 from daedalus.models.forecast_window import StepWindow
 from daedalus.models.types import Forecast
@@ -40,7 +42,8 @@ from daedalus.models.wape import WAPE_HISTORY_LEN, ForecastScore, wape
 __all__ = ["STATE_VERSION", "WAPE_HISTORY_LEN", "Forecaster", "wape"]
 
 CONFIG_KEYS = ("horizon_s", "step_s", "window_steps", "wape_threshold", "poor_loops_to_retrain", "min_fit_steps",
-               "fallback_window_s", "seasonal_period_steps", "max_d")  # in the stored state's order
+               "fallback_window_s", "seasonal_period_steps", "max_d", "select")  # in the stored state's order
+SEASON_EVERY = 15  # loops between two searches for the season
 
 
 class Forecaster:
@@ -54,9 +57,9 @@ class Forecaster:
     parts `step_window`, `model` (None before the first fit), `fallback` and `score`.
     """
 
-    def __init__(self, horizon_s: int = 900, step_s: int = 30, window_steps: int = 240, wape_threshold: float = 0.25,
+    def __init__(self, horizon_s: int = 1800, step_s: int = 30, window_steps: int = 240, wape_threshold: float = 0.25,
                  poor_loops_to_retrain: int = 15, min_fit_steps: int = 60, fallback_window_s: int = 300,
-                 seasonal_period_steps: int | None = None, max_d: int = 2) -> None:
+                 seasonal_period_steps: int | None = None, max_d: int = 2, select: bool = True) -> None:
         for name, value, low in (
             ("horizon_s", horizon_s, 1),
             ("step_s", step_s, 1),
@@ -83,8 +86,10 @@ class Forecaster:
         self.fallback_window_s = int(fallback_window_s)
         self.seasonal_period_steps = None if seasonal_period_steps is None else int(seasonal_period_steps)
         self.max_d = int(max_d)
+        self.select = bool(select)
 
         self.step_window = StepWindow(self.step_s, self.window_steps)
+        self.record = MethodRecord(horizon_minutes=math.ceil(self.horizon_s / 60))
         self.fallback = LinearFallback(self.fallback_window_s)
         self.score = ForecastScore(self.wape_threshold, self.poor_loops_to_retrain)
         self.model: ArimaModel | None = None
@@ -178,6 +183,10 @@ class Forecaster:
         if ts.size == 0:
             return
         self.score.update(ts, y, judge_model=self.model is not None)
+        if self.select:
+            self.record.observe(ts, y)
+            if self.record.calls % SEASON_EVERY == 0:
+                self.record.detect_season()
         self._ingest(ts, y)
         if not self.step_window.completed:
             return
@@ -191,16 +200,34 @@ class Forecaster:
                 self.fit_failed_at_steps = self.step_window.steps_seen
 
     def forecast(self, now: float) -> Forecast:
-        """`horizon_s` per-second values from `now`; remembered to be scored by the next `observe()`."""
+        """`horizon_s` per-second values from `now`; remembered to be scored by the next `observe()`.
+
+        With `select` (the default), every method that can forecast does, each is remembered to be scored per
+        minute of lead, and the served forecast combines them at each minute, weighted by their recent WAPE there
+        (`forecast_select`), with its own recent WAPE as its expected error. Until every lead has a record, and
+        without `select`, the paper's rule: the ARIMA model unless its previous forecast was poor, else the line.
+        """
         now = float(now)
         model_values = None
         if self.model is not None and self.model.filtering:
             model_values = self.model.forecast_seconds(now, self.horizon_s, self.step_window)
         model = None if model_values is None else (now, model_values)
+        linear = self.fallback.values(now, self.horizon_s)
+        if self.select:
+            candidates = {"arima": model_values, "linear": linear,
+                          "last-value": self.record.last_value(self.horizon_s),
+                          "seasonal": self.record.seasonal(now, self.horizon_s)}
+            candidates = {k: v for k, v in candidates.items() if v is not None}
+            chosen = self.record.choose(candidates)
+            self.record.remember(now, candidates if chosen is None else {**candidates, "served": chosen[0]})
+            if chosen is not None:
+                values, methods, errors = chosen
+                self.score.remember(model, (now, values))
+                return IntervalForecast(now, tuple(values.tolist()), _method_name(methods), self.previous_wape,
+                                        errors=errors, methods=methods)
         if model_values is not None and not self.score.poor:
             values, method = model_values, "arima"
         else:
-            linear = self.fallback.values(now, self.horizon_s)
             if linear is None:
                 self.score.remember(model, None)
                 return Forecast(now, (), "none", self.previous_wape)
@@ -299,3 +326,8 @@ class Forecaster:
         if self.fit_failed_at_steps is None:
             return True
         return self.step_window.steps_seen - self.fit_failed_at_steps >= max(1, self.min_fit_steps // 2)
+
+
+def _method_name(methods: tuple[str, ...]) -> str:
+    """One method's name, or the methods in order of lead joined by "+" (e.g. "arima+last-value")."""
+    return "+".join(dict.fromkeys(methods))

@@ -45,6 +45,8 @@ def auto_arima(
     import pmdarima as pm  # heavy import, only when fitting
 
     y = _fill_nan(np.asarray(series, dtype=float))
+    if np.ptp(y) == 0:
+        return constant_model(float(y[0]))
     m = seasonal_period_steps
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -71,6 +73,26 @@ def auto_arima(
     spec["order"] = tuple(int(v) for v in spec["order"])
     spec["seasonal_order"] = tuple(int(v) for v in spec["seasonal_order"])
     return spec, np.asarray(res.params, dtype=float).copy(), list(res.model.param_names)
+
+
+def constant_model(level: float) -> tuple[dict[str, Any], np.ndarray, list[str]]:
+    """ARIMA(0, 0, 0) with a constant `level`, for a window that never changed.
+
+    pmdarima returns ARIMA(0, 0, 0) *without* an intercept for a constant series ("returning a (0, 0, 0) ARMA"):
+    its forecast is 0, whatever the level. On a constant workload that model was served after the first fit and
+    scored a WAPE of 0.9456 every loop (the forecast fell from the last value to 0 over the first step, then
+    stayed at 0). Here the intercept is the level and the noise variance a small positive number.
+    """
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SARIMAX(np.full(8, level), order=(0, 0, 0), trend="c")
+    kwds = model._get_init_kwds()
+    spec = {k: kwds[k] for k in SPEC_KEYS if k in kwds}
+    spec["order"] = (0, 0, 0)
+    spec["seasonal_order"] = (0, 0, 0, 0)
+    return spec, np.array([level, 1e-6]), list(model.param_names)
 
 
 class ArimaModel:

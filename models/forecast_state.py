@@ -16,6 +16,7 @@ import numpy as np
 
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast_arima import SPEC_KEYS, ArimaModel
+from daedalus.models.forecast_select import MethodRecord
 from daedalus.models.wape import Pending
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE_VERSION", "decode", "encode"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the methods' record (forecast_select); a version-1 state is read with an empty record
 
 
 def encode(f: Forecaster) -> dict[str, Any]:
@@ -63,6 +64,7 @@ def encode(f: Forecaster) -> dict[str, Any]:
             "pending_served": _enc_pending(score.pending_served),
         },
         "fit": {"error": f.fit_error, "failed_at_steps": f.fit_failed_at_steps},
+        "record": f.record.to_state(),
     }
 
 
@@ -70,9 +72,11 @@ def decode(cls: type[Forecaster], state: Mapping[str, Any]) -> Forecaster:
     """Rebuild a working forecaster from `encode`'s state; a corrupt or unknown state is a KnowledgeError."""
     try:
         version = state["version"]
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):
             raise KnowledgeError(f"forecaster state version {version!r}, expected {STATE_VERSION}")
         new = cls(**state["config"])
+        if version >= 2:
+            new.record = MethodRecord.from_state(state["record"])
         data, scoring, fit = state["data"], state["scoring"], state["fit"]
         window = new.step_window
         window.ring.extend(_dec_list(data["window"]))
@@ -133,11 +137,14 @@ def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
+PENDING_STORED_S = 600  # seconds of a pending forecast stored: the next loop scores only what arrived by then
+
+
 def _enc_pending(pending: Pending | None) -> dict[str, Any] | None:
     if pending is None:
         return None
     start, values = pending
-    return {"start": start, "values": [float(v) for v in values]}
+    return {"start": start, "values": [float(v) for v in values[:PENDING_STORED_S]]}
 
 
 def _dec_pending(data: Mapping[str, Any] | None) -> Pending | None:

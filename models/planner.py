@@ -1,4 +1,9 @@
-"""Plan: Algorithm 1 of the Daedalus paper, then the guardrails users expect.
+"""Plan: a planner (the configured one), then the guardrails users expect.
+
+Two planners decide inside the same guardrails, chosen by `LoopConfig.planner`:
+
+- `daedalus`: model-predictive control over the forecast horizon (`daedalus.models.planner_mpc`);
+- `daedalus-paper` (the default): the paper's Algorithm 1, unchanged (`algorithm_1` below).
 
 Algorithm 1, as ARCHITECTURE.md states it:
 1. Within `recent_rescale_s` of the last rescale: keep the current scale-out if its capacity exceeds both the
@@ -17,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from daedalus.models import planner_mpc
 from daedalus.models.config import LoopConfig
 from daedalus.models.types import Analysis, Decision
 
@@ -30,6 +36,9 @@ class PlanContext:
     last_action: float | None  # time of the last executed action (grace period)
     pending_proposal: str | None = None  # id of a proposal awaiting approval
     paused: bool = False
+    # The learned downtime estimates (knowledge.downtime); None: the configured initial ones.
+    downtime_out_s: float | None = None
+    downtime_in_s: float | None = None
 
 
 def _window_max(values: tuple[float, ...], seconds: float) -> float:
@@ -39,10 +48,13 @@ def _window_max(values: tuple[float, ...], seconds: float) -> float:
     return max(values[:n])
 
 
+PAPER_HORIZON_S = 900  # Algorithm 1 reads the next 15 minutes of the forecast, however long it is
+
+
 def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tuple[int, tuple[str, ...]]:
     """The paper's Algorithm 1 over scale-outs min … max; returns the scale-out and why."""
     cur = a.scaleout
-    forecast = a.forecast.values
+    forecast = a.forecast.values[:PAPER_HORIZON_S]
     f_all = max(forecast) if forecast else a.avg_workload
     if since_rescale is not None and since_rescale < cfg.recent_rescale_s and 1 <= cur <= len(a.capacities):
         c = a.capacity(cur)
@@ -110,7 +122,11 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         return hold(f"no capacity learned yet (every estimate is 0 against a workload of {a.avg_workload:,.0f}/s): "
                     "nothing to size the job by")
     since_rescale = None if ctx.last_rescale is None else now - ctx.last_rescale
-    target, reasons = algorithm_1(cfg, a, since_rescale)
+    if cfg.planner == "daedalus-paper":
+        target, reasons = algorithm_1(cfg, a, since_rescale)
+    else:
+        target, reasons = planner_mpc.decide(cfg, a, now, ctx.last_rescale, ctx.last_action,
+                                             ctx.downtime_out_s, ctx.downtime_in_s)
     notes = list(reasons)
     if target != cur:
         rounded = _round_to_partitions(target, cur, cfg)

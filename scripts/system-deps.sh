@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Debian packages the test suite runs for real: a Prometheus server and headless Chromium (the Prefect UI test).
+# Debian packages the test suite runs for real: a Prometheus server, headless Chromium (the Prefect UI test) and a
+# JDK with javac (Spark, and the Flink job compiled from runtime/flink_job).
 # Installs only what is missing; needs root (CI and these machines run as root).
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -16,4 +18,4 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
+apt-get install -y -qq -o DPkg::Lock::Timeout=900 --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null

@@ -198,34 +198,37 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
     # 1,275 × 720 px, shown about 850 px wide in the UI at 1,400 px (sharp on a high-density screen), with fonts of
     # 15 px and more there.
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 4.8), dpi=150, height_ratios=[3, 1], sharex=False)
-    if len(at):
-        top.plot(dt(at), ay, color="black", lw=1.4, label="actual (30 s means)")
-    if len(ft):
-        top.plot(dt(ft), fy, color="tab:blue", lw=1, label="forecast for the next loop")
-    if latest.values:
-        lt = latest.start + FORECAST_STEP_S * np.arange(len(steps_of(latest.values)))
-        top.plot(dt(lt), steps_of(latest.values), color="tab:orange", ls="--", lw=1.2,
-                 label=f"next 15 min ({latest.method})")
-    title = f"{job}: workload forecast against actual"
-    top.set_title(title + ("" if w is None else f" — WAPE {percent(w)}"), fontsize=13)
-    top.set_ylabel("tuples/s", fontsize=11)
-    top.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: number(y, digits=0)))
-    top.xaxis.set_major_formatter(matplotlib.dates.DateFormatter("%H:%M", tz=UTC))
-    top.set_xlabel("time (UTC)", fontsize=11)
-    top.legend(fontsize=10, loc="upper left")
-    top.tick_params(labelsize=10)
-    top.grid(alpha=0.3)
-    hist = knowledge.forecaster.wape_history
-    if hist:
-        bottom.bar(range(len(hist)), [100 * h for h in hist], color="tab:gray", width=1.0)
-        bottom.axhline(100 * knowledge.forecaster.wape_threshold, color="tab:red", lw=1.2, ls=":")
-    bottom.set_ylabel("WAPE %", fontsize=11)
-    bottom.set_xlabel("loops, oldest → newest (dotted: retraining threshold)", fontsize=11)
-    bottom.tick_params(labelsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
+    try:
+        if len(at):
+            top.plot(dt(at), ay, color="black", lw=1.4, label="actual (30 s means)")
+        if len(ft):
+            top.plot(dt(ft), fy, color="tab:blue", lw=1, label="forecast for the next loop")
+        if latest.values:
+            lt = latest.start + FORECAST_STEP_S * np.arange(len(steps_of(latest.values)))
+            top.plot(dt(lt), steps_of(latest.values), color="tab:orange", ls="--", lw=1.2,
+                     label=f"next {duration(len(latest.values))} ({latest.method})")
+        title = f"{job}: workload forecast against actual"
+        top.set_title(title + ("" if w is None else f" — WAPE {percent(w)}"), fontsize=13)
+        top.set_ylabel("tuples/s", fontsize=11)
+        top.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: number(y, digits=0)))
+        top.xaxis.set_major_formatter(matplotlib.dates.DateFormatter("%H:%M", tz=UTC))
+        top.set_xlabel("time (UTC)", fontsize=11)
+        if top.get_legend_handles_labels()[0]:  # nothing to show before the first loop's data
+            top.legend(fontsize=10, loc="upper left")
+        top.tick_params(labelsize=10)
+        top.grid(alpha=0.3)
+        hist = knowledge.forecaster.wape_history
+        if hist:
+            bottom.bar(range(len(hist)), [100 * h for h in hist], color="tab:gray", width=1.0)
+            bottom.axhline(100 * knowledge.forecaster.wape_threshold, color="tab:red", lw=1.2, ls=":")
+        bottom.set_ylabel("WAPE %", fontsize=11)
+        bottom.set_xlabel("loops, oldest → newest (dotted: retraining threshold)", fontsize=11)
+        bottom.tick_params(labelsize=10)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)  # also when drawing failed: pyplot keeps every open figure
     return buf.getvalue(), w
 
 

@@ -48,7 +48,7 @@ def test_unknown_policy_lists_the_known_ones(shared, tmp_path):
     res = simulate("--workload", str(shared / "workloads/paper/sine_60000_6h.csv"), "--policy", "magic",
                    "--json", str(tmp_path / "x.json"))
     assert res.exit_code == 1
-    assert "no policy 'magic'; known: daedalus, static" in res.output.replace("\n", " ")
+    assert "no policy 'magic'; known: daedalus, daedalus-paper, static" in res.output.replace("\n", " ")
 
 
 def test_bad_workload_file_is_named_with_its_line(tmp_path):

@@ -1,4 +1,9 @@
-"""Forecaster: known answers on synthetic series, accuracy and bounded state on the paper's traces."""
+"""Forecaster: known answers on synthetic series, accuracy and bounded state on the paper's traces.
+
+Most tests pin the paper's rule (ARIMA, the line while ARIMA's previous forecast was poor) with `PAPER_RULE`, a
+forecaster without the methods' record, over the paper's 15 minutes; the record (`forecast_select`, the default)
+has its own tests at the end.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PAPER = SHARED / "workloads" / "paper"
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CHUNK = 60
+PAPER_RULE = {"select": False, "horizon_s": 900}  # the paper's forecaster: ARIMA or the line, 15 minutes
 
 
 def _trace(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +54,7 @@ def sine() -> tuple[np.ndarray, np.ndarray]:
 def sine_1h(sine) -> Forecaster:
     """A forecaster after the first hour of the sine trace (fitted at 30 min). Tests take copies."""
     ts, y = sine
-    fc = Forecaster()
+    fc = Forecaster(**PAPER_RULE)
     for _ in _run(fc, ts, y, 0, 3600):
         pass
     assert fc.fitted
@@ -103,7 +109,7 @@ def test_steps_carry_partial_remainder_and_mark_gaps() -> None:
 
 
 def test_linear_fallback_exact_line() -> None:
-    fc = Forecaster()  # 600 s = 20 steps < min_fit_steps: no model, the line is used
+    fc = Forecaster(**PAPER_RULE)  # 600 s = 20 steps < min_fit_steps: no model, the line is used
     t = np.arange(600, dtype=float)
     for k in range(0, 600, CHUNK):
         fc.observe(T0 + t[k : k + CHUNK], 1000.0 + 3.0 * t[k : k + CHUNK])
@@ -114,7 +120,7 @@ def test_linear_fallback_exact_line() -> None:
 
 
 def test_linear_fallback_clips_at_zero() -> None:
-    fc = Forecaster()
+    fc = Forecaster(**PAPER_RULE)
     t = np.arange(300, dtype=float)
     fc.observe(T0 + t, 900.0 - 2.0 * t)  # reaches 0 at t = 450 s
     values = np.array(fc.forecast(T0 + 300).values)
@@ -130,7 +136,7 @@ def test_fallback_on_step_change_then_back_to_arima(sine) -> None:
     ts, y = sine
     y = y.copy()
     y[7200:] += 30_000  # a level shift the model cannot foresee
-    fc = Forecaster()
+    fc = Forecaster(**PAPER_RULE)
     methods, wapes = [], []
     for k, _, f in _run(fc, ts, y, 0, 7200 + 10 * CHUNK):
         if k < 7200:
@@ -250,7 +256,7 @@ def test_state_round_trip_with_gaps_and_no_model() -> None:
 
 def test_sine_trace_accuracy_and_bounded_state(sine) -> None:
     ts, y = sine
-    fc = Forecaster()
+    fc = Forecaster(**PAPER_RULE)
     model_wapes, states = [], {}
     for _, end, f in _run(fc, ts, y, 0, ts.size):
         if end > 3600 and fc.fitted:
@@ -284,7 +290,7 @@ def test_sine_trace_accuracy_and_bounded_state(sine) -> None:
             "window": 240,
             "tail": 300,
             "history": WAPE_HISTORY_LEN,
-            "pending": 900,
+            "pending": 600,  # the stored state keeps what the next loop scores of a pending forecast
         }
     )
     size5, size6 = (len(json.dumps(states[h][0])) for h in (5, 6))
@@ -293,7 +299,7 @@ def test_sine_trace_accuracy_and_bounded_state(sine) -> None:
 
 def test_traffic_monitoring_trace_accuracy() -> None:
     ts, y = _trace("tm_6h_100K_max.csv")
-    fc = Forecaster()
+    fc = Forecaster(**PAPER_RULE)
     model_wapes, methods = [], []
     for _, end, f in _run(fc, ts, y, 0, ts.size):
         if end > 3600 and fc.fitted:
@@ -329,3 +335,107 @@ def test_forecast_quality_does_not_depend_on_the_workload_scale():
                 wapes.append(f.previous_wape)
         medians.append(float(np.median(wapes)))
     assert medians[0] < 1e-3 and medians[1] < 1e-3
+
+
+# ------------------------------------------------------------------- a constant workload (the 0.9456 bug)
+
+
+@pytest.mark.parametrize("settings", [{}, PAPER_RULE], ids=["select", "paper-rule"])
+def test_a_constant_workload_is_forecast_exactly_after_the_first_fit(settings) -> None:
+    """On 100,000/s flat, the previous WAPE sat at 0.9456 for every loop after the first fit (20 min), although
+    the served forecast equalled the workload. pmdarima returns ARIMA(0, 0, 0) *without* an intercept for a
+    constant series, so the model forecast 0: its forecast fell from the last value (100,000) to 0 over the first
+    30 s step (interpolated between step centres) and stayed there, and the first minute scored
+    Σ|y − ŷ| / Σ|y| = 0.9456, every loop. The served line hid it, and the poor-loop count retrained the same
+    model every 15 loops. Now the constant is the model's intercept: WAPE 0, and under the paper's rule the
+    model, not the line, is served from the loop after the fit."""
+    fc = Forecaster(min_fit_steps=40, **settings)  # min_fit_steps as Knowledge.new builds it
+    wapes, served, methods = [], [], []
+    for k in range(0, 40 * CHUNK, CHUNK):
+        ts = T0 + 1 + np.arange(k, k + CHUNK)
+        fc.observe(ts, np.full(CHUNK, 100_000.0))
+        f = fc.forecast(ts[-1])
+        if fc.fitted:
+            wapes.append(fc.previous_wape)
+            served.append(f.values)
+            methods.append(f.method)
+    assert fc.fitted and fc.order == (0, 0, 0) and fc.params["intercept"] == 1.0  # on workload / its mean
+    if settings == PAPER_RULE:
+        assert methods[1:] == ["arima"] * (len(methods) - 1)
+    assert [w for w in wapes if w is not None] == [0.0] * (len(wapes) - 1)  # the first loop has nothing to score
+    assert all(np.allclose(v, 100_000.0) for v in served)
+    assert fc.poor_loops == 0 and not fc.retrain_needed
+
+
+# ------------------------------------------------------------------------------ the methods' record
+
+
+def test_each_method_is_scored_per_minute_of_lead() -> None:
+    from daedalus.models.forecast_select import MethodRecord
+
+    record = MethodRecord(horizon_minutes=3, score_every=1, min_scores=1, decay=0.5)
+    # Forecast at 00:01:00 for minutes 1, 2 and 3: last-value says 100, linear 110, 120, 130.
+    now = 60 * 29_453_761.0  # a clock minute
+    record.remember(now, {"last-value": np.full(180, 100.0), "linear": np.repeat([110.0, 120.0, 130.0], 60)})
+    for minute, actual in enumerate((100.0, 125.0, 130.0)):
+        ts = now + 60 * minute + np.arange(60)
+        record.observe(ts, np.full(60, actual))
+    # lead 0: |100 − 100| and |110 − 100| over 100; lead 1: |100 − 125|, |120 − 125| over 125; lead 2: 30, 0 over 130
+    np.testing.assert_allclose(record.wape("last-value"), [0.0, 0.2, 30 / 130])
+    np.testing.assert_allclose(record.wape("linear"), [0.1, 0.04, 0.0])
+    assert record.pending == []  # every minute it forecast has arrived
+
+
+def test_methods_are_combined_by_the_inverse_square_of_their_recent_wape() -> None:
+    from daedalus.models.forecast_select import MethodRecord
+
+    record = MethodRecord(horizon_minutes=2, min_scores=1)
+    for method, wape_ in (("last-value", 0.1), ("linear", 0.2)):
+        record.err[method][:] = wape_
+        record.act[method][:] = 1.0
+        record.count[method][:] = 5
+    values, methods, errors = record.choose({"last-value": np.full(120, 100.0), "linear": np.full(120, 200.0)})
+    w1, w2 = 1 / (0.1**2 + 1e-4), 1 / (0.2**2 + 1e-4)  # 99.0 and 24.94
+    np.testing.assert_allclose(values, (100 * w1 + 200 * w2) / (w1 + w2))  # 120.1
+    assert methods == ("last-value", "last-value")
+    # nothing scored of the served forecast yet: its error is taken as the weighted WAPE of its parts
+    np.testing.assert_allclose(errors, (0.1 * w1 + 0.2 * w2) / (w1 + w2))
+
+
+def test_a_season_is_found_and_served() -> None:
+    # A 30-minute cycle: after three cycles the season is 30 minutes, and the seasonal forecast is the minutes
+    # one cycle earlier; the served forecast follows the cycle better than holding the last value.
+    fc = Forecaster()
+    minutes = np.arange(150)
+    level = 1000.0 + 400.0 * np.sin(2 * np.pi * minutes / 30)
+    wape_served, wape_last = [], []
+    for m in minutes[:-30]:
+        ts = T0 + 60 * m + np.arange(60)
+        fc.observe(ts, np.full(60, level[m]))
+        f = fc.forecast(ts[-1] + 1)
+        if m >= 100:
+            actual = np.repeat(level[m + 1: m + 31], 60)
+            wape_served.append(wape(actual, f.values))
+            wape_last.append(wape(actual, np.full(1800, level[m])))
+    assert fc.record.season == 30
+    np.testing.assert_allclose(fc.record.seasonal(T0 + 60 * 120, 60), level[90])
+    assert np.mean(wape_served) < 0.25 * np.mean(wape_last)
+
+
+def test_the_served_forecast_carries_its_expected_error_and_the_state_keeps_the_record(sine) -> None:
+    ts, y = sine
+    fc = Forecaster()
+    for _ in _run(fc, ts, y, 0, 5400):
+        pass
+    f = fc.forecast(ts[5399] + 1)
+    assert len(f.values) == 1800 and len(f.errors) == 30 and len(f.methods) == 30
+    assert all(0 <= e < 0.5 for e in f.errors) and f.errors[0] <= f.errors[-1]
+    text = json.dumps(fc.to_state(), allow_nan=False)
+    assert len(text) < 120_000
+    twin = Forecaster.from_state(json.loads(text))
+    g = twin.forecast(ts[5399] + 1)
+    np.testing.assert_allclose(g.values, f.values, rtol=0, atol=1e-6)
+    assert g.errors == pytest.approx(f.errors)
+    # a version-1 state (before the record) is read with an empty record
+    old = {k: v for k, v in fc.to_state().items() if k != "record"} | {"version": 1}
+    assert Forecaster.from_state(old).record.calls == 0

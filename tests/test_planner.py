@@ -1,4 +1,4 @@
-"""Algorithm 1, branch by branch, and the guardrails around it."""
+"""Algorithm 1 (the `daedalus-paper` planner), branch by branch, and the guardrails around it (both planners)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def ctx(**kw):
                        pending_proposal=kw.get("pending"), paused=kw.get("paused", False))
 
 
-CFG = LoopConfig(max_scaleout=6, scale_in_interval=0)  # Algorithm 1 alone
+PAPER = "daedalus-paper"
+CFG = LoopConfig(max_scaleout=6, scale_in_interval=0, planner=PAPER)  # Algorithm 1 alone
 CAPS = [100, 200, 300, 400, 500, 600]  # C_i = 100·i
 
 
@@ -113,7 +114,7 @@ def test_holds_from_analysis_pause_and_pending_proposal():
 
 
 def test_scale_in_stabilisation_defers_scale_in_but_never_scale_out():
-    cfg = LoopConfig(max_scaleout=6, scale_in_interval=1200)
+    cfg = LoopConfig(max_scaleout=6, scale_in_interval=1200, planner=PAPER)
     down = analysis(CAPS, scaleout=5, avg=150, forecast=[150] * 900)
     held = plan(cfg, down, ctx(last_rescale=NOW - 900, last_action=NOW - 900), NOW)
     assert (held.kind, held.target) == ("no-change", 5)
@@ -124,7 +125,7 @@ def test_scale_in_stabilisation_defers_scale_in_but_never_scale_out():
 
 
 def test_min_max_and_maximum_step():
-    cfg = LoopConfig(min_scaleout=2, max_scaleout=5, max_step=2, scale_in_interval=0)
+    cfg = LoopConfig(min_scaleout=2, max_scaleout=5, max_step=2, scale_in_interval=0, planner=PAPER)
     a = analysis(CAPS, scaleout=4, avg=10, forecast=[10] * 900)
     d = plan(cfg, a, ctx(), NOW)
     assert d.target == 2  # 1 is below the minimum
@@ -133,7 +134,7 @@ def test_min_max_and_maximum_step():
 
 
 def test_partition_aware_rounding_to_a_divisor():
-    cfg = LoopConfig(max_scaleout=6, partitions=12)
+    cfg = LoopConfig(max_scaleout=6, partitions=12, planner=PAPER)
     # 5 qualifies first; 12 partitions over 5 workers is uneven: round up to 6.
     a = analysis(CAPS, scaleout=1, avg=450, forecast=[450] * 900)
     d = plan(cfg, a, ctx(), NOW)
@@ -151,9 +152,10 @@ def test_partition_aware_rounding_to_a_divisor():
     lo=st.integers(1, 4),
     since_action=st.one_of(st.none(), st.floats(0, 2000, allow_nan=False)),
     step=st.one_of(st.none(), st.integers(1, 3)),
+    planner=st.sampled_from(["daedalus", PAPER]),
 )
-def test_invariants(caps, rec, cur, avg, fc, lag, lo, since_action, step):
-    cfg = LoopConfig(min_scaleout=lo, max_scaleout=8, max_step=step, scale_in_interval=600)
+def test_invariants(caps, rec, cur, avg, fc, lag, lo, since_action, step, planner):
+    cfg = LoopConfig(min_scaleout=lo, max_scaleout=8, max_step=step, scale_in_interval=600, planner=planner)
     a = analysis(caps, scaleout=cur, avg=avg, forecast=fc, lag=lag, recovery=rec)
     last = None if since_action is None else NOW - since_action
     d = plan(cfg, a, ctx(last_action=last, last_rescale=last), NOW)

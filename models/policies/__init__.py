@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from daedalus.models.config import LoopConfig
 from daedalus.models.policies.base import Baseline, Policy, Static, Step
 from daedalus.models.policies.daedalus import Daedalus
@@ -12,13 +14,15 @@ __all__ = ["DS2", "HPA", "Baseline", "Daedalus", "Policy", "Static", "Step", "ma
 
 
 def names() -> tuple[str, ...]:
-    return ("daedalus", "static", "hpa-80", "hpa-85", "ds2")
+    return ("daedalus", "daedalus-paper", "static", "hpa-80", "hpa-85", "ds2")
 
 
 def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) -> Policy:
-    """The policy called `name`; Daedalus runs with `loop_config` (default: the paper's settings)."""
-    if name == "daedalus":
-        return Daedalus(loop_config or LoopConfig(max_scaleout=max_scaleout))
+    """The policy called `name`. `daedalus` and `daedalus-paper` run the whole loop with `loop_config` (default:
+    the LoopConfig defaults up to the job's maximum), with the planner their name says."""
+    if name in ("daedalus", "daedalus-paper"):
+        cfg = replace(loop_config or LoopConfig(max_scaleout=max_scaleout), planner=name)
+        return Daedalus(cfg, name=name)
     if name == "static":
         return Static(max_scaleout)
     if name in ("hpa-80", "hpa-85"):

@@ -7,6 +7,7 @@ Background work of a deployment — the WAPE-triggered retraining and the period
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
@@ -16,9 +17,11 @@ from daedalus.models.ports import Target
 
 
 class Daedalus:
-    name = "daedalus"
+    """The loop with the planner `config.planner` (`name`: how the benchmark calls it)."""
 
-    def __init__(self, config: LoopConfig, job: str = "sim", retrain_every_s: float | None = 3600.0) -> None:
+    def __init__(self, config: LoopConfig, job: str = "sim", retrain_every_s: float | None = 3600.0,
+                 name: str = "daedalus") -> None:
+        self.name = name
         self.config = config
         self.knowledge = Knowledge.new(job, config)
         self.retrain_every_s = retrain_every_s
@@ -26,6 +29,8 @@ class Daedalus:
         self._steps = 0
 
     def step(self, target: Target) -> Step:
+        if target.config.planner != self.config.planner:  # the policy's planner decides, whatever the target says
+            target = replace(target, config=replace(target.config, planner=self.config.planner))
         it = iterate(target, self.knowledge, PLAIN)
         self.last = it
         self._steps += 1

@@ -13,24 +13,29 @@ from daedalus.models.policies.hpa import HPA
 
 
 def test_names_and_instances():
-    assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "daedalus"}
+    assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "daedalus", "daedalus-paper"}
     hpa = policies.make("hpa-85", 12)
     assert isinstance(hpa, HPA) and hpa.target_utilization == 0.85 and hpa.name == "hpa-85"
     assert isinstance(policies.make("ds2", 12), DS2)
     daedalus = policies.make("daedalus", 12)
     assert isinstance(daedalus, Daedalus) and daedalus.name == "daedalus"
-    assert daedalus.config.max_scaleout == 12  # the paper's settings up to the job's maximum
+    assert daedalus.config.max_scaleout == 12  # the LoopConfig defaults up to the job's maximum
+    assert daedalus.config.planner == "daedalus"
+    paper = policies.make("daedalus-paper", 12)
+    assert isinstance(paper, Daedalus) and paper.name == "daedalus-paper" and paper.config.planner == "daedalus-paper"
 
 
 def test_unknown_policy_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"no policy 'hpa-90'; known: daedalus, static, hpa-80, hpa-85, ds2"):
+    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2"
+    with pytest.raises(ValueError, match=rf"no policy 'hpa-90'; known: {known}"):
         policies.make("hpa-90", 12)
 
 
 def test_bench_cli_rejects_an_unknown_policy(short_trace):
     result = CliRunner().invoke(app, ["bench", "policies", "--workloads", str(short_trace), "--policy", "static,k8s"])
     assert result.exit_code == 1
-    assert "no policy 'k8s'; known: daedalus, static, hpa-80, hpa-85, ds2" in " ".join(result.output.split())
+    assert "no policy 'k8s'; known: daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2" in " ".join(
+        result.output.split())
 
 
 def test_simulate_runs_a_baseline(short_trace, tmp_path):
@@ -39,3 +44,23 @@ def test_simulate_runs_a_baseline(short_trace, tmp_path):
                                       "--policy", "hpa-80"])
     assert result.exit_code == 0, result.output
     assert '"policy": "hpa-80"' in out.read_text()
+
+
+def test_the_two_daedalus_policies_run_their_own_planner_whatever_the_target_says(short_trace):
+    # The runner's target carries the scenario's LoopConfig (default planner); each policy still decides with its
+    # own: the paper's reasons are Algorithm 1's, the default's the MPC's.
+    import numpy as np
+
+    from daedalus.sim.runner import run
+    from daedalus.sim.scenario import scenario
+    from daedalus.sim.workloads import load_workload
+
+    values = load_workload(short_trace)
+    for name, mark in (("daedalus-paper", "Algorithm"), ("daedalus", "forecast over")):
+        sim_config, loop_config, workload = scenario(values, 12, 0.9, 0)
+        policy = policies.make(name, 12, loop_config)
+        run(workload, policy, sim_config, loop_config)
+        reasons = (" ".join(r for e in policy.knowledge.ledger for r in e.reasons)
+                   + " ".join(policy.last.decision.reasons))
+        assert (mark in reasons) if name == "daedalus" else ("forecast over" not in reasons), name
+    assert np.isfinite(len(values))

@@ -20,7 +20,7 @@ def test_every_command_and_group_is_there():
                                     "exporter", "step", "release", "config"])
     assert found["jobs"] == ["check"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
-                                     "forecast", "capacity"])
+                                     "forecast", "capacity", "flink"])
 
 
 def options(command) -> set[str]:

@@ -357,6 +357,9 @@ jobs:
     assert seen["workers"]["tm-0"]["throughput"][0] == 1000 + 5
     assert seen["workload"][0] == 1000.0 and seen["lag"][0] == 60.0
     assert seen["holds"][0].startswith("stale: pod tm-2 has no sample within 30s")
-    assert seen["queries"]["cpu"] == ('max by (pod) (flink_taskmanager_Status_JVM_CPU_Load'
-                                      '{cluster="c1", namespace="stale"})')
+    # busy time, or (this capture has none) the JVM's CPU load: connectors/promql.py
+    assert seen["queries"]["cpu"] == (
+        'clamp_max(max by (pod) (flink_taskmanager_job_task_busyTimeMsPerSecond{cluster="c1", namespace="stale"}) '
+        '/ 1000, 1) or (max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{cluster="c1", namespace="stale"}) '
+        'unless on () count(flink_taskmanager_job_task_busyTimeMsPerSecond{cluster="c1", namespace="stale"}))')
     assert "The loop would hold" in result.output

@@ -33,8 +33,12 @@ def test_durations():
 
 def test_flink_queries_render_with_the_job_labels():
     q = QuerySet("ysb", "flink", {"namespace": "streaming", "app": "ysb"}, {"topic": "ad-events"}, {}, 60)
-    assert q.query("throughput") == ('sum by (pod) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond'
-                                     '{app="ysb", namespace="streaming", operator_name=~"Source.*"})')
+    # Rates of the record counters (not the 60 s `…PerSecond` averages), per worker (tests/flink has the full set)
+    assert q.query("throughput").startswith(
+        'max by (pod) (sum by (pod, task_name) (rate(flink_taskmanager_job_task_numRecordsIn'
+        '{app="ysb", namespace="streaming", task_name!~"Source.*"}[60s]))) or sum by (pod) '
+        '(rate(flink_taskmanager_job_task_operator_numRecordsOut{app="ysb", namespace="streaming", '
+        'operator_name=~"Source.*"}[60s]))')
     assert q.query("workload") == 'sum(rate(kafka_server_brokertopicmetrics_messagesin_total{topic="ad-events"}[60s]))'
     assert q.query("resets", 90) == ('sum(resets(kafka_server_brokertopicmetrics_messagesin_total'
                                      '{topic="ad-events"}[90s])) or vector(0)')
@@ -50,8 +54,8 @@ def test_every_engine_defines_every_required_query():
 
 def test_an_injected_selector_value_stays_inside_its_string():
     q = QuerySet("j", "flink", {"namespace": 'x"} or vector(1) or up{a="'}, {"topic": "t"}, {}, 60)
-    assert q.query("scaleout") == (r'max(flink_jobmanager_numRegisteredTaskManagers'
-                                      r'{namespace="x\"} or vector(1) or up{a=\""})')
+    assert q.query("uptime") == (r'max(flink_jobmanager_job_uptime'
+                                    r'{namespace="x\"} or vector(1) or up{a=\""}) / 1000')
 
 
 def test_overrides_replace_templates_and_may_use_single_values():
@@ -86,8 +90,10 @@ def test_a_value_after_a_regex_matcher_matches_itself_only():
 
 def test_every_engine_checks_for_workers_exported_twice():
     q = QuerySet("ysb", "flink", {"namespace": "streaming"}, {"topic": "t"}, {}, 60)
-    series = 'flink_taskmanager_Status_JVM_CPU_Load{namespace="streaming"}'
-    assert q.query("duplicates") == f"{series} and on (pod) (count by (pod) ({series}) > 1)"
+    # TaskManager-scope CPU carries no job label: only the job's own TaskManagers (joined on its tasks) count
+    series = ('flink_taskmanager_Status_JVM_CPU_Load and on (pod) flink_taskmanager_job_task_operator_numRecordsOut'
+              '{namespace="streaming", operator_name=~"Source.*"}')
+    assert q.query("duplicates").startswith(f"{series} and on (pod) (count by (pod) ({series}) > 1) or (")
     for engine in ENGINES:
         assert "count by (pod)" in QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60).query(
             "duplicates")

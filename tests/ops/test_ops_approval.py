@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -141,7 +142,10 @@ def test_kill_switch_and_blackout(ads, store_url):
 
 
 def _sim_target(seed: int = 0, hours: float = 1.0) -> tuple[Target, Simulator]:
+    """The paper's scenario, planned by the paper's planner: these tests are about approvals, ledgers and
+    dashboards, and need its first decision (a scale-in from 12 on the first loop)."""
     sim_config, cfg, workload = scenario(sine_workload(hours=hours), 12, 0.9, seed)
+    cfg = replace(cfg, planner="daedalus-paper")
     sim = Simulator(workload, sim_config, seed=seed, job="sim")
     job = SimulatedJob(sim)
     return Target("sim", metrics=job, scaler=job, clock=job, config=cfg), sim

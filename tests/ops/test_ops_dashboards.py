@@ -170,3 +170,17 @@ def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_
         dashboards.publish_dashboards.fn(its[-1], k, store, "auto", None, 1)
     assert seen == [True, False, True]
     assert read_status(store, "sim")["news_wall"] == T0 + 40
+
+
+def test_the_forecast_plot_before_any_data_draws_no_legend_and_leaves_no_figure_open():
+    # Found by the fault suite: a job holding from its first loop drew an empty legend (a matplotlib warning that
+    # failed the publish task) and left its figure open, until pyplot warned of more than 20.
+    import matplotlib.pyplot as plt
+
+    from daedalus.models.config import LoopConfig
+
+    k = Knowledge.new("idle", LoopConfig())
+    before = len(plt.get_fignums())
+    png, w = forecast_png("idle", k, [], Forecast(T0, (), "none", None))
+    assert png.startswith(b"\x89PNG") and w is None
+    assert len(plt.get_fignums()) == before

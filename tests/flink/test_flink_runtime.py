@@ -1,0 +1,88 @@
+"""The local Flink runtime's parts that need no cluster: the trace (and its Java twin), the JobManager log's
+outages, the committed-output count, the cluster's configuration, the job's build."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+from flink_support import needs_flink
+
+from daedalus.models.errors import ConfigurationError
+from daedalus.runtime import flink as runtime
+from daedalus.runtime.flink import LocalFlink, Trace, TraceExporter, committed_ids, outages
+
+HERE = Path(__file__).parent
+
+
+def test_the_trace_counts_whole_records_as_the_source_does():
+    trace = Trace.of([10, 0, 3.4, 7], start_ms=1_000_000)
+    assert trace.rates == (10, 0, 3, 7) and trace.total == 20 and trace.end_ms == 1_004_000
+    assert [trace.due(t) for t in (999_999, 1_000_000, 1_000_500, 1_001_000, 1_002_000, 1_002_999, 1_003_500,
+                                   1_004_000, 9_999_999)] == [0, 0, 5, 10, 10, 12, 16, 20, 20]
+    assert trace.rate_at(1_000.2) == 10 and trace.rate_at(1_002.5) == 3 and trace.rate_at(1_010.0) == 0
+    with pytest.raises(ValueError, match="≥ 0"):
+        Trace.of([1, -1], 0)
+
+
+def test_the_exporter_publishes_what_is_due_as_a_broker_counter():
+    trace = Trace.of([100] * 5, start_ms=0)  # long over: everything is due
+    exporter = TraceExporter(trace, "events")
+    try:
+        text = requests.get(f"http://{exporter.target}/metrics", timeout=5).text
+    finally:
+        exporter.close()
+    assert 'kafka_server_brokertopicmetrics_messagesin_total{topic="events"} 500.0' in text
+
+
+def test_the_jobmanager_log_gives_each_rescale_its_outage():
+    """A real log (Flink 2.3, adaptive scheduler): 1 → 2 then 2 → 1 through resource requirements; the stop at the
+    end (tasks cancelled, nothing restarted) is no outage."""
+    found = outages(HERE / "jobmanager-rescale.log")
+    assert [o.parallelism for o in found] == [2, 1]
+    assert [round(o.seconds, 3) for o in found] == [3.67, 0.482]
+    assert all(o.restarted is not None and 0 < o.restarted - o.down < 0.5 for o in found)
+
+
+def test_only_committed_part_files_count(tmp_path):
+    (tmp_path / "part-a-0.txt").write_text("1,1\n2,1\n")
+    (tmp_path / "part-b-0.txt").write_text("3,1\n2,2\n")  # 2 twice: a duplicate the count shows
+    (tmp_path / ".part-c-1.txt.inprogress.0f").write_text("4,1\n")  # not committed: hidden, not counted
+    assert committed_ids(tmp_path) == (4, 3)
+    assert committed_ids(tmp_path / "nothing") == (0, 0)
+
+
+def test_a_wrong_flink_home_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLINK_HOME", str(tmp_path))
+    with pytest.raises(ConfigurationError, match=r"pip install --no-deps apache-flink==2\.3\.0"):
+        runtime.flink_home()
+
+
+@needs_flink
+def test_the_cluster_configuration_is_its_own(tmp_path):
+    flink = LocalFlink(tmp_path / "c", taskmanagers=2, max_taskmanagers=3)
+    conf = flink.config()
+    ports = [flink.rest_port, flink.rpc_port, *flink.metrics_ports]
+    assert len(set(ports)) == len(ports) == 6 and len(flink.scrape_targets) == 4
+    assert conf["jobmanager.scheduler"] == "adaptive" and conf["taskmanager.numberOfTaskSlots"] == 1
+    assert conf["metrics.reporter.prom.factory.class"].endswith("PrometheusReporterFactory")
+    assert conf["state.checkpoints.dir"].startswith("file://") and "scheduler-mode" not in conf
+    with pytest.raises(ValueError, match="reactive mode runs an application cluster"):
+        LocalFlink(tmp_path / "r", mode="reactive")
+
+
+@needs_flink
+def test_the_job_compiles_once_and_its_trace_agrees_with_pythons(tmp_path):
+    jar = runtime.job_jar(cache=tmp_path)
+    assert runtime.job_jar(cache=tmp_path) == jar  # cached: no second compile
+    trace = Trace.of([7, 1234, 0, 99, 5], start_ms=1_700_000_000_000)
+    rates = trace.write(tmp_path / "rates.txt")
+    moments = [trace.start_ms + d for d in (-5, 0, 1, 333, 999, 1000, 1001, 1999, 2500, 3017, 4999, 5000, 99_999)]
+    classpath = f"{jar}:{runtime.flink_home() / 'lib'}/*"
+    done = subprocess.run([shutil.which("java") or "java", "-cp", classpath, "daedalus.flink.Trace", str(rates),
+                           str(trace.start_ms), *map(str, moments)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [int(x) for x in done.stdout.split()] == [trace.due(t) for t in moments]
