@@ -18,6 +18,8 @@ install: $(VENV)/.installed
 install-test: $(BIN)/python
 	bash scripts/system-deps.sh
 	$(BIN)/pip install -q -e '.[test]'
+	# A local Flink's scripts and jars (the job is Java); not its Python side, which needs pandas<2.3 (pyproject.toml)
+	$(BIN)/pip install -q --no-deps apache-flink==2.3.0 apache-flink-libraries==2.3.0
 
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
