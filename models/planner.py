@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from daedalus.models import planner_mpc
 from daedalus.models.config import LoopConfig
+from daedalus.models.text import duration
 from daedalus.models.types import Analysis, Decision
 
 
@@ -75,7 +76,8 @@ def algorithm_1(cfg: LoopConfig, a: Analysis, since_rescale: float | None) -> tu
             continue
         r = a.recovery_time(i)
         if r > cfg.target_recovery_time:
-            skipped.append(f"{i}: recovery {r:.0f} s > target {cfg.target_recovery_time:.0f} s")
+            skipped.append(f"{i}: never recovers" if math.isinf(r) else
+                           f"{i}: recovery {duration(r)} > target {duration(cfg.target_recovery_time)}")
             continue
         f_rec = _window_max(forecast, r)
         if c < f_rec:

@@ -48,7 +48,7 @@ STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts a
 # Characters of a reason (ledger) or a health line (fleet) in a table cell, whose text never wraps: at 1,400 px the
 # UI gives a table about 850 px between its menu and its details panel. The full text is in the decision markdown
 # and in `daedalus status JOB`.
-SHORT_REASON = 40
+SHORT_REASON = 36
 SHORT_HEALTH = 60
 
 
