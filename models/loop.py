@@ -31,13 +31,15 @@ def monitor(job: str, source: MetricsSource, since: float | None, until: float) 
 
 
 def plan(cfg: LoopConfig, a: Analysis, knowledge: Knowledge, now: float) -> Decision:
-    """Plan: Algorithm 1 and its guardrails, given what the knowledge remembers."""
+    """Plan: the configured planner and its guardrails, given what the knowledge remembers (the downtimes learned)."""
     ctx = planner.PlanContext(
         job=knowledge.job,
         last_rescale=knowledge.last_rescale,
         last_action=knowledge.last_action,
         pending_proposal=None if knowledge.pending is None else knowledge.pending.id,
         paused=knowledge.paused,
+        downtime_out_s=knowledge.downtime.out_s,
+        downtime_in_s=knowledge.downtime.in_s,
     )
     return planner.plan(cfg, a, ctx, now)
 

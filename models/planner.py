@@ -2,8 +2,8 @@
 
 Two planners decide inside the same guardrails, chosen by `LoopConfig.planner`:
 
-- `daedalus`: model-predictive control over the forecast horizon (`daedalus.models.planner_mpc`);
-- `daedalus-paper` (the default): the paper's Algorithm 1, unchanged (`algorithm_1` below).
+- `daedalus` (the default): model-predictive control over the forecast horizon (`daedalus.models.planner_mpc`);
+- `daedalus-paper`: the paper's Algorithm 1, unchanged (`algorithm_1` below).
 
 Algorithm 1, as ARCHITECTURE.md states it:
 1. Within `recent_rescale_s` of the last rescale: keep the current scale-out if its capacity exceeds both the

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 from prefect.artifacts import Artifact
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterStartTime,
+)
 from prefect.client.schemas.sorting import FlowRunSort
 
 from daedalus.cli.simulate import FlowPolicy
@@ -64,10 +70,10 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
 def _task_names_of_first_run(since: datetime, timeout_s: float = 60.0) -> set[str]:
     """Task runs reach the API through events the server records asynchronously: wait for them."""
     with get_client(sync_client=True) as client:
-        # This test's first run: other tests of the session run `mape-k` on the same server.
-        first = next(r for r in client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
-                                                      sort=FlowRunSort.START_TIME_ASC, limit=200)
-                     if r.start_time is not None and r.start_time >= since)
+        # This test's first run: other tests of the session run `mape-k` on the same server, hundreds of times.
+        mine = FlowRunFilter(start_time=FlowRunFilterStartTime(after_=since))
+        first = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
+                                      flow_run_filter=mine, sort=FlowRunSort.START_TIME_ASC, limit=1)[0]
         runs = FlowRunFilter(id=FlowRunFilterId(any_=[first.id]))
         deadline, names = time.monotonic() + timeout_s, set()
         while time.monotonic() < deadline:

@@ -41,9 +41,9 @@ def steps(*parts):
     return np.concatenate([np.full(n, v, dtype=float) for n, v in parts])
 
 
-def test_the_default_planner_is_the_papers_and_the_mpc_is_selectable():
+def test_the_default_planner_is_the_mpc_and_the_papers_is_selectable():
     a = analysis([150_000] * HORIZON, scaleout=4)
-    assert LoopConfig().planner == "daedalus-paper"
+    assert LoopConfig().planner == "daedalus"
     mpc = plan(CFG, a, ctx(), NOW)
     paper = plan(LoopConfig(max_scaleout=6, scale_in_interval=0, planner="daedalus-paper"), a, ctx(), NOW)
     assert mpc.reasons[0].startswith("forecast over 1800 s")
@@ -195,7 +195,7 @@ def test_a_job_picks_its_planner_and_latency_objective_in_the_jobs_file(tmp_path
 
     path = tmp_path / "jobs.yaml"
     path.write_text("jobs:\n  - {name: a, engine: sim}\n"
-                    "  - {name: b, engine: sim, planner: daedalus, latency_slo: 2m}\n")
+                    "  - {name: b, engine: sim, planner: daedalus-paper, latency_slo: 2m}\n")
     jobs = load_jobs(path)
-    assert (jobs.job("a").loop_config().planner, jobs.job("a").loop_config().latency_slo) == ("daedalus-paper", 60.0)
-    assert (jobs.job("b").loop_config().planner, jobs.job("b").loop_config().latency_slo) == ("daedalus", 120.0)
+    assert (jobs.job("a").loop_config().planner, jobs.job("a").loop_config().latency_slo) == ("daedalus", 60.0)
+    assert (jobs.job("b").loop_config().planner, jobs.job("b").loop_config().latency_slo) == ("daedalus-paper", 120.0)
