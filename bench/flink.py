@@ -205,7 +205,7 @@ def calibrate(workdir: Path | None = None, prometheus: PrometheusFactory | None 
               settle_s: float = 15.0, reactive: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure saturation, utilisation against throughput and rescale downtime; returns the figures."""
     if prometheus is None:
-        from daedalus.sim.exporter import local_prometheus as prometheus
+        from daedalus.runtime.prometheus import local_prometheus as prometheus
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="daedalus-flink-bench-")))

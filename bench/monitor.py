@@ -26,7 +26,8 @@ def run_monitor_bench(hours: float, repeats: int,
     """
     from daedalus.connectors.prometheus import PrometheusSource
     from daedalus.connectors.promql import QuerySet
-    from daedalus.sim.exporter import SimExporter, local_prometheus
+    from daedalus.runtime.prometheus import local_prometheus
+    from daedalus.sim.exporter import SimExporter
     from daedalus.sim.scenario import scenario
     from daedalus.sim.simulator import SimConfig, Simulator
     from daedalus.sim.workloads import sine_workload

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from daedalus.bench.policies import CDF_QUANTILES, POLICIES
+from daedalus.sim.plot import save
 
 
 def _order(policies: set[str]) -> list[str]:
@@ -84,10 +85,7 @@ def plot_workload(workload: str, runs: list[dict[str, Any]], table: dict[str, di
     ax_pareto.set_ylabel("p95 latency (s)")
     ax_pareto.legend(loc="upper right", fontsize=8)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)
 
 
 def _pareto_axes(ax: Any, workload: str, table: dict[str, dict[str, Any]], colors: dict[str, str]) -> None:
@@ -140,7 +138,4 @@ def plot_pareto(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> Pa
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     fig.suptitle("worker-seconds against p95 latency, one point per policy\n(mean of the seeds, bars: their range)",
                  fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)

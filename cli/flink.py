@@ -165,7 +165,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
     `flood_s` are how long the saturation measurements before and after the trace take at each parallelism."""
     loop_s = 60.0 / speedup
     from daedalus.flows.mape_k import mape_k
-    from daedalus.sim.exporter import local_prometheus
+    from daedalus.runtime.prometheus import local_prometheus
 
     say = log or console.print
     wall0 = time.time()
@@ -383,6 +383,8 @@ def plot(s: bench_flink.Sampled, loops: list[dict[str, Any]], report: dict[str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from daedalus.sim.plot import save
+
     t0 = s.ts[0] if s.ts.size else 0.0
     minutes = (s.ts - t0) / 60
     fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True, constrained_layout=True)
@@ -407,9 +409,7 @@ def plot(s: bench_flink.Sampled, loops: list[dict[str, Any]], report: dict[str, 
     ax3.plot(minutes, s.lag, lw=0.8)
     ax3.set_ylabel("pending records")
     ax3.set_xlabel("minutes")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def flink_demo(out: Path, minutes: float = DEFAULT_MINUTES, seed: int = 0) -> None:

@@ -85,7 +85,8 @@ SERVER_START_S = 180.0  # migrations of a fresh database take ~10 s on 2 idle co
 def _start_server(home: Path) -> LocalPrefect:
     """`prefect server start` on a loopback port with its own database in `home` (SQLite in WAL mode, the writes
     of task runs and events batched) and its output in `home/server.log`, not on the terminal."""
-    from daedalus.runtime.local_prefect import LocalPrefect, free_port, server_settings
+    from daedalus.runtime.local_prefect import LocalPrefect, server_settings
+    from daedalus.runtime.ports import free_port
 
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -50,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from daedalus.connectors.spark_local import read_json, write_json
 from daedalus.models.errors import ConfigurationError, ConnectorError
+from daedalus.runtime.ports import free_ports
 
 FLINK_VERSION = "2.3.0"
 JOB_CLASS = "daedalus.flink.TraceJob"
@@ -131,20 +131,6 @@ def job_jar(cache: Path | None = None, home: Path | None = None) -> Path:
     os.replace(tmp, jar)  # atomic: a concurrent build never leaves half a jar
     shutil.rmtree(build, ignore_errors=True)
     return jar
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports free right now (held open together, so no two are the same)."""
-    sockets = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 # --- the workload ------------------------------------------------------------------------------------------
@@ -307,8 +293,8 @@ class LocalFlink:
     """A standalone Flink cluster on loopback, owned by this process: start, submit, rescale, stop.
 
     Use as a context manager; `stop()` ends every JVM it started (SIGTERM to its process group, SIGKILL after
-    `stop_timeout_s`), and a Prometheus started through `prometheus` (e.g. `daedalus.sim.exporter.
-    local_prometheus`, passed in because the runtime room must not import the simulator's) scrapes the JobManager,
+    `stop_timeout_s`), and a Prometheus started through `prometheus` (`daedalus.runtime.prometheus.
+    local_prometheus`, or a test's own) scrapes the JobManager,
     every TaskManager slot (started or not) and `extra_targets`.
     """
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daedalus.models.errors import ConnectorError
+from daedalus.runtime.ports import free_port
 from daedalus.runtime.prefork import stop_timeout
 
 # Prefect 3.8.8's scheduler inserts runs with an ORM bulk insert that SQLAlchemy 2.1 refuses ("Can't evaluate
@@ -33,12 +33,6 @@ BATCHED_WRITES = {
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Every schedule the server reads is validated against `zoneinfo.available_timezones()`, which opens each of the

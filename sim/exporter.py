@@ -16,24 +16,20 @@ Series (labels: the job's selector labels, plus `pod` for TaskManager series):
 Two ways to drive it: `step(seconds)` from a test (the simulator advances, the samples are queued), or
 `run(speedup)`, a background thread advancing `speedup` simulated seconds per wall-clock second.
 The exporter is also the job's scaler and clock (`current`, `scale`, `now`), under one lock.
-`local_prometheus()` starts a real Prometheus server that scrapes it (tests, `daedalus bench monitor`).
+`daedalus.runtime.prometheus.local_prometheus()` starts a real Prometheus server that scrapes it (tests,
+`daedalus bench monitor`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import requests
-import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -226,68 +222,6 @@ class SimExporter:
 
 def _slot(worker: str) -> int:
     return int(worker.rsplit("-", 1)[1])
-
-
-# --- a local Prometheus server ------------------------------------------------------------------
-
-PROMETHEUS = shutil.which("prometheus")
-PROMTOOL = shutil.which("promtool")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def local_prometheus(folder: Path, targets: Sequence[str] = (), scrape_interval: str = "1s",
-                     lookback: str | None = None, openmetrics: str | None = None) -> Iterator[str]:
-    """Start the Debian `prometheus` on a free loopback port with its own config and data dir.
-
-    It scrapes `targets` (host:port) with honor_labels (the exporter's labels win, no `exported_` rename) and
-    accepts samples up to 3 h old (simulated hours lie in the past). `openmetrics` (text ending in `# EOF`,
-    timestamps in seconds) is backfilled with promtool before the start. Yields the base URL once ready and,
-    with targets, once scraping; always stops the server.
-    """
-    if PROMETHEUS is None or PROMTOOL is None:
-        raise FileNotFoundError("prometheus/promtool not found: apt-get install -y prometheus")
-    folder.mkdir(parents=True, exist_ok=True)
-    data = folder / "data"
-    data.mkdir(exist_ok=True)
-    if openmetrics is not None:
-        source = folder / "backfill.om"
-        source.write_text(openmetrics)
-        subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-                       check=True, capture_output=True, timeout=120)
-    # Simulated hours lie in the past: accept samples up to 3 h older than the newest one.
-    config = {"global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
-              "storage": {"tsdb": {"out_of_order_time_window": "3h"}},
-              "scrape_configs": [{"job_name": "daedalus-test", "honor_labels": True,
-                                  "static_configs": [{"targets": list(targets)}]}] if targets else []}
-    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    cmd = [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-           f"--web.listen-address=127.0.0.1:{port}", "--web.enable-admin-api"]
-    if lookback:
-        cmd.append(f"--query.lookback-delta={lookback}")
-    log = (folder / "prometheus.log").open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: requests.get(f"{url}/-/ready", timeout=1).status_code == 200, 30, "ready")
-        if targets:
-            _wait(lambda: len(requests.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=1)
-                              .json()["data"]["result"]) >= len(targets), 60, "scraping")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _wait(ok: Callable[[], bool], timeout: float, what: str) -> None:

@@ -12,6 +12,16 @@ import matplotlib.pyplot as plt
 from daedalus.sim.runner import RunResult
 
 
+def save(fig: plt.Figure, path: Path, dpi: int) -> Path:
+    """Write the figure, its folder made, and close it even when writing fails: pyplot keeps every open figure."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return path
+
+
 def plot_run(result: RunResult, path: Path, slo_s: float = 60.0) -> Path:
     h = result.history
     hours = (h.timestamps - h.timestamps[0]) / 3600.0
@@ -33,7 +43,4 @@ def plot_run(result: RunResult, path: Path, slo_s: float = 60.0) -> Path:
     ax3.set_ylabel("end-to-end latency (s)")
     ax3.set_xlabel("hours")
     ax3.legend(loc="upper right", fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)

@@ -68,5 +68,21 @@ def drop_undeliverable(timeout_s: float) -> None:
             instance._queue.put_nowait(None)  # the service's loop ends after the item in flight
 
 
+@pytest.fixture(autouse=True)
+def _prefect_events_follow_the_api() -> Iterator[None]:
+    """Each test ends by delivering the events and logs it queued (dropping what cannot be delivered).
+
+    Prefect's one events worker (and log worker) per process is bound to the API in force when it starts. A test
+    that ran flows in this process against a server of its own would leave it bound to that server once stopped,
+    and every later test's task runs would be sent there, never to be recorded (a CI run: no task run of the
+    flow test's 60 runs reached the harness). Drained, the next test starts a worker for its own API.
+    """
+    yield
+    drop_undeliverable(DELIVER_PER_TEST_S)
+
+
+DELIVER_PER_TEST_S = 15.0
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     drop_undeliverable(DELIVER_S)

@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from daedalus.models.config import LoopConfig
-from daedalus.sim.exporter import free_port
+from daedalus.runtime.ports import free_port
 from daedalus.sim.scenario import scenario
 from daedalus.sim.simulator import SimConfig
 from daedalus.sim.workloads import sine_workload

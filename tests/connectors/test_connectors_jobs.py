@@ -14,7 +14,7 @@ from daedalus.models.errors import ConfigurationError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
 from daedalus.models.ports import Target
-from daedalus.sim.exporter import free_port
+from daedalus.runtime.ports import free_port
 
 GOOD = {"name": "ysb", "engine": "flink", "prometheus": {"url": "http://prometheus.monitoring:9090"},
         "selector": {"namespace": "streaming"}, "source": {"topic": "ad-events"},

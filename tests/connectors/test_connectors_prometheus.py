@@ -25,7 +25,8 @@ from daedalus.connectors.prometheus import PrometheusSource, _Budget
 from daedalus.connectors.promql import QuerySet
 from daedalus.models.errors import ConnectorError
 from daedalus.models.loop import observe_or_hold
-from daedalus.sim.exporter import free_port, local_prometheus
+from daedalus.runtime.ports import free_port
+from daedalus.runtime.prometheus import local_prometheus
 
 STEP = 15
 T0 = (int(time.time()) - 7200) // 60 * 60  # two hours ago, on a minute

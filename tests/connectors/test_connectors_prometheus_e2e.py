@@ -23,7 +23,8 @@ from daedalus.connectors.promql import QuerySet
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
 from daedalus.models.ports import Target
-from daedalus.sim.exporter import SimExporter, local_prometheus
+from daedalus.runtime.prometheus import local_prometheus
+from daedalus.sim.exporter import SimExporter
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import Simulator
 

@@ -29,8 +29,9 @@ from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
 from daedalus.models.ports import Target
+from daedalus.runtime.ports import free_port
+from daedalus.runtime.prometheus import local_prometheus
 from daedalus.runtime.spark_stream import read_json
-from daedalus.sim.exporter import free_port, local_prometheus
 
 pytestmark = [needs_prometheus, pytest.mark.slow]
 

@@ -29,7 +29,8 @@ import yaml
 
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.types import LedgerEntry
-from daedalus.sim.exporter import free_port, local_prometheus
+from daedalus.runtime.ports import free_port
+from daedalus.runtime.prometheus import local_prometheus
 from tests.connectors.fake_kube import FakeKube, Fault, Server
 
 __all__ = ["Fault"]  # re-exported for the tests

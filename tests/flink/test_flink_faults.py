@@ -24,7 +24,7 @@ from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.runtime.flink import LocalFlink, Trace, TraceExporter, TraceJob, outages
-from daedalus.sim.exporter import local_prometheus
+from daedalus.runtime.prometheus import local_prometheus
 
 pytestmark = [needs_flink, needs_prometheus, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from flink_support import needs_prometheus
 
 from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import QuerySet
-from daedalus.sim.exporter import local_prometheus
+from daedalus.runtime.prometheus import local_prometheus
 
 pytestmark = [needs_prometheus, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.execute import apply
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.types import Decision
-from daedalus.sim.exporter import free_port
+from daedalus.runtime.ports import free_port
 
 NAME = "daedalus-demo"
 JID = "a" * 32

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ import pytest
 
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
+from tests.ops import devtools
 from tests.ops.conftest import write_jobs
 
 pytestmark = pytest.mark.slow
@@ -72,7 +71,11 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, server: Loca
 
 
 def _runs(s: Scenario, flow: str) -> list[dict]:
-    return s.api("POST", "/flow_runs/filter", json={"flows": {"name": {"any_": [flow]}}, "limit": 200})
+    """The flow's runs that have started or ended. Not the future ones: the scheduler keeps up to 100 per deployment
+    ahead, and 200 rows of an unsorted filter over all of them could miss every run that has happened."""
+    return s.api("POST", "/flow_runs/filter", json={"flows": {"name": {"any_": [flow]}},
+                                                    "flow_runs": {"state": {"type": {"not_any_": ["SCHEDULED"]}}},
+                                                    "sort": "START_TIME_DESC", "limit": 200})
 
 
 @pytest.fixture(scope="module")
@@ -308,71 +311,26 @@ def test_prefect_deploy_all_over_a_generated_prefect_yaml(scenario, tmp_path):
 async def _artifacts_tab_html(ws_url: str, url: str, expect: str, timeout_s: float = 60.0) -> str:
     """Drive the page over the DevTools protocol: open the flow run, click its Artifacts tab, bring the artifact
     list into view (it renders only visible rows) and return the page's HTML once `expect` is on it."""
-    import json
-
-    import websockets
-
-    async with websockets.connect(ws_url, max_size=None) as ws:
-        counter = iter(range(1, 1_000_000))
-
-        async def call(method: str, **params: Any) -> dict:
-            mid = next(counter)
-            await ws.send(json.dumps({"id": mid, "method": method, "params": params}))
-            while True:
-                msg = json.loads(await ws.recv())
-                if msg.get("id") == mid:
-                    return msg.get("result", {})
-
-        async def js(expression: str) -> Any:
-            result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
-            return result.get("result", {}).get("value")
-
-        await call("Page.navigate", url=url)
+    async with devtools.page(ws_url) as p:
+        await p.call("Page.navigate", url=url)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not await js("!!document.getElementById('artifacts')"):
+        while time.monotonic() < deadline and not await p.js("!!document.getElementById('artifacts')"):
             await asyncio.sleep(0.5)
-        await js("document.getElementById('artifacts').click()")
+        await p.js("document.getElementById('artifacts').click()")
         html = ""
         while time.monotonic() < deadline and expect not in html:
             await asyncio.sleep(0.5)
-            await js("document.querySelectorAll('.p-virtual-scroller').forEach(e => e.scrollIntoView())")
-            html = await js("document.documentElement.outerHTML") or ""
+            await p.js("document.querySelectorAll('.p-virtual-scroller').forEach(e => e.scrollIntoView())")
+            html = await p.js("document.documentElement.outerHTML") or ""
         return html
 
 
 def test_the_ui_shows_the_decision_artifact_on_the_flow_runs_artifacts_page(scenario, tmp_path):
-    import json
-    import urllib.request
-
-    from daedalus.runtime.local_prefect import free_port
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("headless Chromium is not installed: Debian package `chromium` (scripts/system-deps.sh)")
     run = next(r for r in _runs(scenario, "mape-k") if r["state"]["type"] == "COMPLETED"
                and r["parameters"]["job"] == "ads")
-    port = free_port()
-    browser = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-         f"--user-data-dir={tmp_path / 'chromium'}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
-         "--window-size=1400,3000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp_path)})
-    try:
-        targets: list[dict] = []
-        for _ in range(150):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
-                    targets = json.load(r)
-                break
-            except OSError:
-                time.sleep(0.2)
-        page = next(t for t in targets if t["type"] == "page")
+    with devtools.headless_chromium(tmp_path, 1400, 3000) as ws_url:
         url = f"{scenario.server.ui_url}/runs/flow-run/{run['id']}"
-        html = asyncio.run(_artifacts_tab_html(page["webSocketDebuggerUrl"], url, "decision-ads"))
-    finally:
-        browser.terminate()
-        browser.wait(20)
+        html = asyncio.run(_artifacts_tab_html(ws_url, url, "decision-ads"))
     (tmp_path / "artifacts-tab.html").write_text(html)
     assert "flow-run-artifacts" in html, f"the flow run's Artifacts tab did not render: {html[:1500]}"
     assert "artifact-card" in html and "decision-ads" in html

@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +25,8 @@ import pytest
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.status import FORECASTS, write_json
 from daedalus.models.types import LedgerEntry
-from daedalus.runtime.local_prefect import LocalPrefect, free_port, start_server
+from daedalus.runtime.local_prefect import LocalPrefect, start_server
+from tests.ops import devtools
 from tests.ops.conftest import T0, write_jobs
 from tests.ops.test_ops_dashboards import _iterations
 
@@ -43,16 +41,13 @@ LONG_REASON = ("forecast over 1800 s (arima): peak 1,141,070 tuples/s, upper ban
 @dataclass
 class UI:
     server: LocalPrefect
-    devtools_port: int
+    ws_url: str  # the DevTools WebSocket of the browser's page
     shots: Path
 
     def page(self, path: str, expect: str, name: str) -> dict[str, Any]:
         """Open `path` of the UI, wait for `expect` in its text, save a screenshot, and return what the page
         shows: its text, the header cells of its table with their boxes, its images and the window's width."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.devtools_port}/json/list", timeout=5) as r:
-            target = next(t for t in json.load(r) if t["type"] == "page")
-        return asyncio.run(_inspect(target["webSocketDebuggerUrl"], f"{self.server.ui_url}{path}", expect,
-                                    self.shots / f"{name}.png"))
+        return asyncio.run(_inspect(self.ws_url, f"{self.server.ui_url}{path}", expect, self.shots / f"{name}.png"))
 
     def artifact(self, key: str, expect: str) -> dict[str, Any]:
         """The page of the newest artifact with this key: what an operator opens from the key's timeline."""
@@ -65,32 +60,16 @@ class UI:
 
 
 async def _inspect(ws_url: str, url: str, expect: str, shot: Path, timeout_s: float = 90.0) -> dict[str, Any]:
-    import websockets
-
-    async with websockets.connect(ws_url, max_size=None) as ws:
-        counter = iter(range(1, 1_000_000))
-
-        async def call(method: str, **params: Any) -> dict:
-            mid = next(counter)
-            await ws.send(json.dumps({"id": mid, "method": method, "params": params}))
-            while True:
-                msg = json.loads(await ws.recv())
-                if msg.get("id") == mid:
-                    return msg.get("result", {})
-
-        async def js(expression: str) -> Any:
-            result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
-            return result.get("result", {}).get("value")
-
-        await call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1600, deviceScaleFactor=1, mobile=False)
-        await call("Page.navigate", url=url)
+    async with devtools.page(ws_url) as p:
+        await p.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1600, deviceScaleFactor=1, mobile=False)
+        await p.call("Page.navigate", url=url)
         deadline = time.monotonic() + timeout_s
         text = ""
         while time.monotonic() < deadline and expect not in text:
             await asyncio.sleep(0.5)
-            text = await js("document.body ? document.body.innerText : ''") or ""
+            text = await p.js("document.body ? document.body.innerText : ''") or ""
         await asyncio.sleep(1.0)  # tables and images settle after the text arrives
-        seen = await js("""(() => {
+        seen = await p.js("""(() => {
             const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right,
                                                                             width: r.width}; };
             const table = document.querySelector('table');
@@ -115,7 +94,7 @@ async def _inspect(ws_url: str, url: str, expect: str, shot: Path, timeout_s: fl
                     .map(i => ({natural: i.naturalWidth, ...box(i)})),
             };
         })()""")
-        png = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        png = await p.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         shot.parent.mkdir(parents=True, exist_ok=True)
         shot.write_bytes(base64.b64decode(png["data"]))
         return seen
@@ -152,35 +131,16 @@ def _publish(store: str, jobs_file: Path) -> None:
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("headless Chromium is not installed: Debian package `chromium` (scripts/system-deps.sh)")
     root = tmp_path_factory.mktemp("ops-ui")
     jobs_file = write_jobs(root / "jobs.yaml", [{"name": n} for n in ("sim", "ads", "clicks", "orders")],
                            defaults={"scaleout": {"min": 1, "max": 12}})
     server = start_server(root / "prefect")
-    browser = None
     try:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             _publish(str(root / "store"), jobs_file)
-        port = free_port()
-        browser = subprocess.Popen(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={root / 'chromium'}", f"--remote-debugging-port={port}",
-             "--remote-allow-origins=*", f"--window-size={WIDTH},1600", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(root)})
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield UI(server, port, root / "screenshots")
+        with devtools.headless_chromium(root, WIDTH, 1600) as ws_url:
+            yield UI(server, ws_url, root / "screenshots")
     finally:
-        if browser is not None:
-            browser.terminate()
-            browser.wait(20)
         server.stop()
 
 

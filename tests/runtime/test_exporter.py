@@ -29,7 +29,8 @@ from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, Iteration, iterate
 from daedalus.models.ports import Target
 from daedalus.runtime.exporter import STATES, MetricsServer, StoreCollector, reason_label
-from daedalus.sim.exporter import free_port, local_prometheus
+from daedalus.runtime.ports import free_port
+from daedalus.runtime.prometheus import local_prometheus
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator
 from daedalus.tasks.dashboards import status_record
