@@ -193,9 +193,7 @@ def flood(flink: LocalFlink, exporter: TraceExporter, workdir: Path, name: str, 
                 log(f"saturation at parallelism {p}: {m['throughput_median']:.0f} records/s "
                     f"(busy ≥ {_fmt(m['busy'])})")
     finally:
-        with contextlib.suppress(Exception):
-            flink.rest("PATCH", f"/jobs/{job_id}?mode=cancel")
-            flink.wait_state(job_id, "CANCELED", 60)
+        _cancel(flink, job_id)
         exporter.topic, exporter.trace = topic, previous
     return found
 
@@ -281,11 +279,16 @@ def _below(flink: LocalFlink, exporter: TraceExporter, workdir: Path, url: str, 
             log(f"parallelism {p} at {share:.0%} of saturation: {m['throughput']:.0f} records/s, busy "
                 f"{_fmt(m['busy'])}, JVM CPU load {_fmt(load)}")
     finally:
-        with contextlib.suppress(Exception):
-            flink.rest("PATCH", f"/jobs/{job_id}?mode=cancel")
-            flink.wait_state(job_id, "CANCELED", 60)
+        _cancel(flink, job_id)
         exporter.trace = previous
     return {"saturation": capacity, "points": points, **_extrapolate(points, capacity)}
+
+
+def _cancel(flink: LocalFlink, job_id: str) -> None:
+    """End a measurement job whatever state it is in: a failed measurement must not leave it running."""
+    with contextlib.suppress(Exception):
+        flink.rest("PATCH", f"/jobs/{job_id}?mode=cancel")
+        flink.wait_state(job_id, "CANCELED", 60)
 
 
 def _fmt(x: float | None) -> str:
