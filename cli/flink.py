@@ -240,7 +240,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
             next_at += loop_s * max(1, math.ceil((time.time() - next_at) / loop_s + 1e-9))
         say("Trace over: draining the backlog, then stopping the job with a savepoint …")
         assert flink.prometheus_url is not None
-        drained = _drain(flink.prometheus_url, 180.0)
+        drained = _drain(flink.prometheus_url, trace.end_ms / 1000, 180.0)
         savepoint = flink.stop_with_savepoint(job_id)
         lines, distinct = committed_ids(workdir / "output")
         s = bench_flink.sample(flink.prometheus_url, JOB, TOPIC, trace.start_ms / 1000, time.time())
@@ -275,11 +275,14 @@ def _action_time(store_url: str, decision: str, fallback: float) -> float:
     return float(k.last_rescale) if (k is not None and entry is not None and k.last_rescale) else fallback
 
 
-def _drain(url: str, timeout_s: float) -> bool:
-    """Wait until the job's backlog is empty (the trace is over): then everything due has been emitted."""
+def _drain(url: str, trace_end_s: float, timeout_s: float) -> bool:
+    """Wait until the trace is over and the job's backlog is empty: then everything due has been emitted. (The last
+    loop may end seconds before the trace does; a backlog of 0 then only means the source keeps up, and a job
+    stopped there would leave the trace's last records unemitted in its savepoint.)"""
     import requests
 
     q = f'sum(flink_taskmanager_job_task_operator_pendingRecords{{job_name="{bench_flink.flink_label(JOB)}"}})'
+    time.sleep(max(0.0, trace_end_s + 1.0 - time.time()))
     deadline = time.monotonic() + timeout_s
     calm = 0
     while time.monotonic() < deadline:

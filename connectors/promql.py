@@ -67,14 +67,21 @@ BROKER = {
 # record passes every stage once), or what its sources emit when the whole job is chained into them; after a keyBy
 # a source subtask's output is not what its own TaskManager processes (under backpressure one reader may stall
 # while another feeds every worker). Rates come from the record counters, not the `…PerSecond` gauges, 60 s moving
-# averages that trail every change by half a minute. Utilisation is the busy share of the worker's busiest task
-# (`busyTimeMsPerSecond` / 1000), which reaches 1 when the task saturates however many processes share the cores;
-# the JVM's CPU load does not (`FLINK_JVM_CPU`, measured in docs/engines.md).
+# averages that trail every change by half a minute. Utilisation is the busy share of the worker's busiest task,
+# which reaches 1 when the task saturates however many processes share the cores; the JVM's CPU load does not
+# (`FLINK_JVM_CPU`, measured in docs/engines.md). It is the slope of the task's cumulative busy milliseconds
+# (`accumulateBusyTimeMs`) over the same window as the throughput: the `busyTimeMsPerSecond` gauge is a 60 s
+# moving average, so on a rising load it pairs today's records with the busy share of half a minute ago and the
+# capacity read from the pair is too high (too low on a falling load). `deriv`, not `rate`: the cumulative value
+# is wall time minus the idle time counted so far, and idle time is counted when an idle stretch ends, so the
+# value steps back by a few ms now and then, which `rate` would read as a counter reset. Reporters without the
+# cumulative gauge fall back to `busyTimeMsPerSecond`.
 # Lag is the source's `pendingRecords` (FLIP-33): its sum over readers is the whole backlog in tuples, which the
 # recovery model needs; `records_lag_max` (a maximum per reader) underestimates it.
 FLINK_SOURCE_OUT = 'flink_taskmanager_job_task_operator_numRecordsOut{${selector}, operator_name=~"Source.*"}'
 FLINK_TASKS_IN = 'flink_taskmanager_job_task_numRecordsIn{${selector}, task_name!~"Source.*"}'
-FLINK_BUSY = "clamp_max(max by (${worker}) (flink_taskmanager_job_task_busyTimeMsPerSecond{${selector}}) / 1000, 1)"
+FLINK_BUSY_MS = "flink_taskmanager_job_task_accumulateBusyTimeMs{${selector}}"
+FLINK_BUSY_GAUGE = "flink_taskmanager_job_task_busyTimeMsPerSecond{${selector}}"
 FLINK_JVM_CPU = f"max by (${{worker}}) (flink_taskmanager_Status_JVM_CPU_Load and on (${{worker}}) {FLINK_SOURCE_OUT})"
 # Older reporters, and the simulator's exporter (sim/exporter.py), publish only the per-second gauges, the JVM's
 # CPU load under the job's selector and the registered TaskManagers: each query falls back to that shape, and only
@@ -88,6 +95,10 @@ def _or_legacy(query: str, legacy: str, present: str = FLINK_SOURCE_OUT) -> str:
     return f"{query} or ({legacy} unless on () count({present}))"
 
 
+FLINK_BUSY = _or_legacy(f"clamp_max(max by (${{worker}}) (deriv({FLINK_BUSY_MS}[${{window}}])) / 1000, 1)",
+                        f"clamp_max(max by (${{worker}}) ({FLINK_BUSY_GAUGE}) / 1000, 1)", FLINK_BUSY_MS)
+
+
 FLINK = {
     **BROKER,
     "throughput": _or_legacy(
@@ -95,8 +106,7 @@ FLINK = {
         f"or sum by (${{worker}}) (rate({FLINK_SOURCE_OUT}[${{window}}]))",
         "sum by (${worker}) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond"
         '{${selector}, operator_name=~"Source.*"})'),
-    "cpu": _or_legacy(FLINK_BUSY, f"max by (${{worker}}) ({_LEGACY_CPU})",
-                      "flink_taskmanager_job_task_busyTimeMsPerSecond{${selector}}"),
+    "cpu": _or_legacy(FLINK_BUSY, f"max by (${{worker}}) ({_LEGACY_CPU})", FLINK_BUSY_GAUGE),
     "fresh": _or_legacy(f"sum by (${{worker}}) (count_over_time({FLINK_SOURCE_OUT}[${{stale}}]))",
                         f"sum by (${{worker}}) (count_over_time({_LEGACY_CPU}[${{stale}}]))"),
     "duplicates": _or_legacy(

@@ -21,6 +21,14 @@ When a worker's regression is not determined (fewer than ``min_samples`` samples
 non-positive slope, which no worker has), its capacity falls back to the through-origin ratio
 ȳ_w / x̄_w · x_max,w (ȳ and x̄ over the regression's own samples). Capacities are never negative.
 
+A saturated job measures its capacity directly: while its backlog holds more than ``backlog_s`` seconds of its
+own throughput and still grows (it takes in no more than arrives), it processes as fast as it can. Once
+``min_samples`` steady samples since the last rescale were saturated, the capacity at the current scale-out is at
+most their mean throughput: extrapolating CPU to its ceiling cannot promise more than the job delivers with a
+backlog waiting (the Flink autoscaler's "observed true processing rate" makes the same correction). It only
+lowers the estimate: under skew a saturated job's total throughput exceeds what it sustains (the cold workers
+keep up, the hot one falls behind).
+
 Samples from the warm-up after a (re)start (``uptime_s < warmup_s``) and samples with a missing or
 negative throughput or CPU are dropped.
 
@@ -48,6 +56,8 @@ from daedalus.models.types import Observation
 __all__ = ["CapacityModel"]
 
 _MIN_VAR_X = 1e-10  # CPU variance (utilization², x in [0, 1]) below which a slope is not determined
+# A backlog a healthy job does not carry: more than a few scrapes' worth of its throughput waiting.
+BACKLOG_S = 5.0
 
 
 KEPT_WORKERS = 64  # regressions of workers no longer reporting that are kept (oldest dropped first)
@@ -64,7 +74,10 @@ class CapacityModel:
         Samples taken less than this long after the job (re)started are not steady state; dropped.
     min_samples
         Samples a worker's regression needs before its slope is trusted; also the CPU samples since
-        the last rescale every current worker needs before the current capacity counts as observed.
+        the last rescale every current worker needs before the current capacity counts as observed, and the
+        saturated samples that make the throughput a measured capacity.
+    backlog_s
+        A sample is saturated when the backlog holds more than this many seconds of the job's throughput.
 
     Examples
     --------
@@ -85,17 +98,22 @@ class CapacityModel:
     ([107.5, 215.0, 322.5], (False, True, False))
     """
 
-    def __init__(self, cpu_ceiling: float = 1.0, warmup_s: float = 60.0, min_samples: int = 10) -> None:
+    def __init__(self, cpu_ceiling: float = 1.0, warmup_s: float = 60.0, min_samples: int = 10,
+                 backlog_s: float = BACKLOG_S) -> None:
         if not (math.isfinite(cpu_ceiling) and 0 < cpu_ceiling <= 1):
             raise ValueError(f"cpu_ceiling must be a CPU utilization in (0, 1], got {cpu_ceiling!r}")
         if not (math.isfinite(warmup_s) and warmup_s >= 0):
             raise ValueError(f"warmup_s must be a number of seconds ≥ 0, got {warmup_s!r}")
         if int(min_samples) != min_samples or min_samples < 2:
             raise ValueError(f"min_samples must be a whole number ≥ 2 (a line needs two points), got {min_samples!r}")
+        if not (math.isfinite(backlog_s) and backlog_s > 0):
+            raise ValueError(f"backlog_s must be a positive number of seconds, got {backlog_s!r}")
         self.cpu_ceiling = float(cpu_ceiling)
         self.warmup_s = float(warmup_s)
         self.min_samples = int(min_samples)
+        self.backlog_s = float(backlog_s)
         self._regressions: dict[str, OnlineRegression] = {}
+        self._saturated = RunningMean()  # the job's throughput in saturated samples since the last rescale
         self._cpu_means: dict[str, RunningMean] = {}  # x̄_w since the last rescale
         self._workers: tuple[str, ...] = ()
         self._scaleout: int | None = None
@@ -139,6 +157,7 @@ class CapacityModel:
         rescaled = self._scaleout is not None and obs.scaleout != self._scaleout
         if rescaled:
             self._cpu_means = {}
+            self._saturated = RunningMean()
         uptime = np.asarray(obs.uptime_s, dtype=float)
         with np.errstate(invalid="ignore"):
             steady = uptime >= self.warmup_s  # NaN uptime: not known to be steady
@@ -150,6 +169,9 @@ class CapacityModel:
             if restarts.size:
                 start = int(restarts[-1]) + 1
         last_report: dict[str, int] = {}
+        current = np.zeros(uptime.shape, dtype=bool)
+        current[start:] = True
+        current &= steady
         for worker in sorted(set(obs.throughput) & set(obs.cpu)):
             y = np.asarray(obs.throughput[worker], dtype=float)
             x = np.asarray(obs.cpu[worker], dtype=float)
@@ -167,14 +189,34 @@ class CapacityModel:
                 reg = self._regressions.pop(worker, None) or OnlineRegression()
                 reg.update_many(x[use], y[use])
                 self._regressions[worker] = reg  # re-inserted: the dict stays ordered by last update
-            use[:start] = False
+            use &= current
             if use.any():
                 self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
+        self._learn_saturation(obs, current)
         self._workers = self._current_workers(obs, last_report, rescaled)
         self._scaleout = obs.scaleout
         self._forget_gone_workers()
         if self.ready:
             self._observed[obs.scaleout] = self.capacity_current()
+
+    def _learn_saturation(self, obs: Observation, current: np.ndarray) -> None:
+        """Adds the job's throughput at the steps since the last rescale whose backlog exceeds `backlog_s` of it
+        and still grows (no more processed than arrived). A backlog being drained does not count: where each worker
+        reads its own partitions, the workers that drained theirs process only their arrivals while the slowest
+        catches up, and the total understates the capacity."""
+        workers = sorted(set(obs.throughput) & set(obs.cpu))
+        if not workers:
+            return
+        thr = np.vstack([np.asarray(obs.throughput[w], dtype=float) for w in workers])
+        with np.errstate(invalid="ignore"):
+            reporting = (np.isfinite(thr) & (thr >= 0)).sum(axis=0)
+            total = np.where(np.isfinite(thr) & (thr >= 0), thr, 0.0).sum(axis=0)
+            lag = np.asarray(obs.lag, dtype=float)
+            workload = np.asarray(obs.workload, dtype=float)
+            saturated = current & (reporting >= obs.scaleout) & (total > 0) & np.isfinite(lag) & (
+                lag > self.backlog_s * total) & (total <= workload)
+        if saturated.any():
+            self._saturated.update_many(total[saturated])
 
     def _forget_gone_workers(self) -> None:
         """Pods of a Deployment get new names at every restart: keep the regressions of the current workers and
@@ -197,6 +239,11 @@ class CapacityModel:
     def _determined(self, reg: OnlineRegression) -> bool:
         return reg.n >= self.min_samples and reg.var_x > _MIN_VAR_X and reg.slope > 0
 
+    @property
+    def saturated_throughput(self) -> float | None:
+        """Mean throughput of the saturated samples since the last rescale, once there are ``min_samples``."""
+        return self._saturated.mean if self._saturated.n >= self.min_samples else None
+
     def worker_capacities(self) -> dict[str, float]:
         """Skew-aware capacity per current worker (tuples/s); workers without samples are left out."""
         means = self.mean_cpu
@@ -217,8 +264,11 @@ class CapacityModel:
         return capacities
 
     def capacity_current(self) -> float:
-        """Capacity at the current scale-out: the sum of the current workers' capacities."""
-        return float(sum(self.worker_capacities().values()))
+        """Capacity at the current scale-out: the sum of the current workers' capacities, at most what the job
+        processed while saturated (`saturated_throughput`)."""
+        total = float(sum(self.worker_capacities().values()))
+        saturated = self.saturated_throughput
+        return total if saturated is None else min(total, saturated)
 
     def capacities(self, max_scaleout: int, current: int) -> tuple[tuple[float, ...], tuple[bool, ...]]:
         """C_i for i = 1 … max_scaleout, and whether each came from an observed scale-out.
@@ -254,6 +304,8 @@ class CapacityModel:
             "regressions": {w: reg.to_state() for w, reg in sorted(self._regressions.items())},
             "cpu_means": {w: mean.to_state() for w, mean in sorted(self._cpu_means.items())},
             "observed": {str(i): c for i, c in sorted(self._observed.items())},
+            "backlog_s": self.backlog_s,
+            "saturated": self._saturated.to_state(),
         }
         if self._scaleout is not None:
             state["scaleout"] = float(self._scaleout)
@@ -264,8 +316,11 @@ class CapacityModel:
         require_keys(cls, state, ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions", "cpu_means",
                                   "observed"))
         try:
-            model = cls(float(state["cpu_ceiling"]), float(state["warmup_s"]), int(state["min_samples"]))
+            model = cls(float(state["cpu_ceiling"]), float(state["warmup_s"]), int(state["min_samples"]),
+                        float(state.get("backlog_s", BACKLOG_S)))
             workers = tuple(str(w) for w in state["workers"])
+            # states written before saturation was learnt have none: it starts empty
+            saturated = RunningMean.from_state(state["saturated"]) if "saturated" in state else RunningMean()
             regressions = {str(w): OnlineRegression.from_state(s) for w, s in state["regressions"].items()}
             cpu_means = {str(w): RunningMean.from_state(s) for w, s in state["cpu_means"].items()}
             observed = {int(i): float(c) for i, c in state["observed"].items()}
@@ -278,6 +333,7 @@ class CapacityModel:
             raise KnowledgeError("CapacityModel state: a worker has a CPU mean but no regression")
         model._workers, model._regressions, model._cpu_means = workers, regressions, cpu_means
         model._observed, model._scaleout = observed, scaleout
+        model._saturated = saturated
         return model
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ class LoopConfig:
     approval_timeout: float = 600.0  # an unanswered approval expires after this
     # Which planner decides inside the guardrails: "daedalus" plans over the forecast horizon (model-predictive,
     # models/planner_mpc.py), the default: on the benchmark (docs/benchmark-results.md) it keeps the 60 s latency SLO
-    # on 20 of 21 workloads where the paper's planner keeps it on 12. "daedalus-paper" is the paper's Algorithm 1,
+    # on 19 of 21 workloads where the paper's planner keeps it on 12. "daedalus-paper" is the paper's Algorithm 1,
     # greedy minute by minute, kept so the difference stays measurable.
     planner: Planner = "daedalus"
     # The job's latency objective, seconds end to end. The planner never picks a schedule whose predicted latency

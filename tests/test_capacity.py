@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -342,3 +343,57 @@ def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
     kept = model.to_state()["regressions"]
     assert len(kept) == KEPT_WORKERS + 1  # the current pod and the 64 most recent others
     assert f"pod-{KEPT_WORKERS + 9}" in kept and "pod-0" not in kept
+
+
+def test_saturation_caps_the_capacity_at_what_the_job_delivers() -> None:
+    """Busy time says 1,000 at full use; with more than 5 s of its throughput waiting the job takes 700/s: 700."""
+    x = np.linspace(0.2, 0.6, 20)
+    model = CapacityModel()
+    model.update(observation({"a": 1_000 * x}, {"a": x}, 1))
+    assert model.capacity_current() == pytest.approx(1_000.0) and model.saturated_throughput is None
+    lag = np.full(12, 6.0 * 700)
+    lag[:3] = 4.0 * 700  # under 5 s of throughput waiting: not saturated
+    busy = np.linspace(0.95, 1.0, 12)
+    arrivals = np.full(12, 900.0)
+    model.update(replace(observation({"a": np.full(12, 700.0)}, {"a": busy}, 1, start=20.0), lag=lag,
+                         workload=arrivals))
+    assert model.saturated_throughput is None  # 9 saturated samples, 10 needed
+    model.update(replace(observation({"a": np.full(2, 700.0)}, {"a": busy[:2]}, 1, start=32.0), lag=lag[-2:],
+                         workload=arrivals[:2]))
+    assert model.saturated_throughput == pytest.approx(700.0)
+    assert model.capacity_current() == pytest.approx(700.0)
+    # draining a backlog (more processed than arrives) is not a measurement: the mean stays
+    model.update(replace(observation({"a": np.full(12, 400.0)}, {"a": np.full(12, 0.4)}, 1, start=34.0), lag=lag,
+                         workload=np.full(12, 300.0)))
+    assert model.saturated_throughput == pytest.approx(700.0)
+    assert model.capacities(2, 1)[0][0] == pytest.approx(700.0)
+    # the measurement belongs to its scale-out: a rescale starts it again
+    model.update(observation({"a": 1_000 * x, "b": 1_000 * x}, {"a": x, "b": x}, 2, start=40.0))
+    assert model.saturated_throughput is None
+    assert model.capacity_current() > 1_400.0
+
+
+def test_saturation_never_raises_the_capacity() -> None:
+    """Under skew the cold worker keeps up while the hot one falls behind: the total exceeds what is sustained."""
+    x = np.linspace(0.2, 0.6, 20)
+    model = CapacityModel()
+    model.update(observation({"a": 1_000 * x}, {"a": x}, 1))
+    model.update(replace(observation({"a": np.full(12, 1_300.0)}, {"a": np.ones(12)}, 1, start=20.0),
+                         lag=np.full(12, 10_000.0), workload=np.full(12, 1_500.0)))
+    assert model.saturated_throughput == pytest.approx(1_300.0)
+    assert model.capacity_current() == pytest.approx(model.regression("a").predict(1.0))
+    assert model.capacity_current() < 1_300.0
+
+
+def test_saturation_survives_the_state_and_old_states_still_load() -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    model.update(replace(two_workers(start=20.0), lag=np.full(12, 1e6), workload=np.full(12, 1e3)))
+    state = json.loads(json.dumps(model.to_state()))
+    restored = CapacityModel.from_state(state)
+    assert restored.saturated_throughput == model.saturated_throughput is not None
+    assert restored.to_state() == model.to_state()
+    for key in ("saturated", "backlog_s"):  # written before this knowledge existed
+        state.pop(key)
+    old = CapacityModel.from_state(state)
+    assert old.saturated_throughput is None and old.worker_capacities() == pytest.approx(model.worker_capacities())

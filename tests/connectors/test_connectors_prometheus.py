@@ -359,8 +359,11 @@ jobs:
     assert seen["workload"][0] == 1000.0 and seen["lag"][0] == 60.0
     assert seen["holds"][0].startswith("stale: pod tm-2 has no sample within 30s")
     # busy time, or (this capture has none) the JVM's CPU load: connectors/promql.py
+    sel = 'cluster="c1", namespace="stale"'
     assert seen["queries"]["cpu"] == (
-        'clamp_max(max by (pod) (flink_taskmanager_job_task_busyTimeMsPerSecond{cluster="c1", namespace="stale"}) '
-        '/ 1000, 1) or (max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{cluster="c1", namespace="stale"}) '
-        'unless on () count(flink_taskmanager_job_task_busyTimeMsPerSecond{cluster="c1", namespace="stale"}))')
+        f"clamp_max(max by (pod) (deriv(flink_taskmanager_job_task_accumulateBusyTimeMs{{{sel}}}[60s])) / 1000, 1) "
+        f"or (clamp_max(max by (pod) (flink_taskmanager_job_task_busyTimeMsPerSecond{{{sel}}}) / 1000, 1) "
+        f"unless on () count(flink_taskmanager_job_task_accumulateBusyTimeMs{{{sel}}})) "
+        f"or (max by (pod) (flink_taskmanager_Status_JVM_CPU_Load{{{sel}}}) "
+        f"unless on () count(flink_taskmanager_job_task_busyTimeMsPerSecond{{{sel}}}))")
     assert "The loop would hold" in result.output

@@ -2,7 +2,7 @@
 
 `exposition-flink-2.3.txt` holds 8 scrapes, 2 s apart, of a JobManager, four TaskManagers and the trace's broker
 counter, filtered to the metric families the queries read. The cluster ran `orders-job` at parallelism 2 (on
-`tm_2_3` and `tm_3_4`), a decoy job `decoy-job` on `tm_0_1`, and `tm_1_2` idle. The lines are as the reporter wrote
+`tm_1_2` and `tm_3_4`), a decoy job `decoy-job` on `tm_0_1`, and `tm_2_3` idle. The lines are as the reporter wrote
 them: job names sanitised (`orders_job`), TaskManager-scope series (`Status_JVM_CPU_Load`) with `tm_id` and `host`
 only, the JobManager's `numRegisteredTaskManagers` with `host` only. The decoys: another job's TaskManager, an idle
 TaskManager, and every downstream operator's own `numRecordsOut`.
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 from flink_support import needs_prometheus
 
 from daedalus.connectors.prometheus import PrometheusSource
@@ -31,7 +32,7 @@ pytestmark = [needs_prometheus, pytest.mark.slow]
 
 CAPTURE = Path(__file__).with_name("exposition-flink-2.3.txt")
 JOB, TOPIC = "orders_job", "orders"
-WORKERS = ("tm_2_3", "tm_3_4")  # the TaskManagers that run orders-job
+WORKERS = ("tm_1_2", "tm_3_4")  # the TaskManagers that run orders-job
 PODS = {"tm_0_1": "flink-taskmanager-0", "tm_1_2": "flink-taskmanager-1", "tm_2_3": "flink-taskmanager-2",
         "tm_3_4": "flink-taskmanager-3"}
 STEP = 2.0
@@ -64,7 +65,7 @@ def _variant(labels: dict[str, str], process: str, variant: str) -> list[dict[st
         return [{**labels, "namespace": "streaming", "pod": PODS[tm]}]
     if variant == "kubernetes":
         return [{**labels, "namespace": "streaming"}]
-    if variant == "twice" and process == "taskmanager-2":
+    if variant == "twice" and process == "taskmanager-1":
         return [{**labels, "instance": "a:9249"}, {**labels, "instance": "b:9249"}]
     return [labels]
 
@@ -119,11 +120,20 @@ def _last(name: str, **match: str) -> dict[str, float]:
     return found
 
 
-def _counter_rate(name: str, tm: str, **match: str) -> float:
+def _counter_rate(name: str, tm: str, since: float = FIRST, **match: str) -> float:
     points = [(t, v) for t, _, samples in ROUNDS for n, labels, v in samples
-              if n == name and labels.get("tm_id") == tm and all(labels.get(k) == x for k, x in match.items())]
+              if t >= since and n == name and labels.get("tm_id") == tm
+              and all(labels.get(k) == x for k, x in match.items())]
     (t0, v0), (t1, v1) = points[0], points[-1]
     return (v1 - v0) / (t1 - t0)
+
+
+def _busy_share(tm: str, window: float) -> float:
+    """The busiest of the TaskManager's tasks over the last `window` seconds: its cumulative busy ms per second."""
+    name = "flink_taskmanager_job_task_accumulateBusyTimeMs"
+    tasks = {labels["task_name"] for _, _, samples in ROUNDS for n, labels, _ in samples
+             if n == name and labels.get("tm_id") == tm}
+    return max(_counter_rate(name, tm, LAST - window, task_name=task) for task in tasks) / 1000
 
 
 def test_the_capture_has_its_decoys():
@@ -145,15 +155,17 @@ def test_the_job_and_only_the_job_is_observed(prom_url, variant, selector, worke
     assert obs.holds == ()
     assert set(obs.throughput) == set(obs.cpu) == set(expected.values())
     assert obs.scaleout == 2  # its source's subtasks, not the 4 registered TaskManagers
-    busy = _last("flink_taskmanager_job_task_busyTimeMsPerSecond", job_name=JOB)
+    gauge = _last("flink_taskmanager_job_task_busyTimeMsPerSecond", job_name=JOB)
     pending = "flink_taskmanager_job_task_operator_pendingRecords"
     lag = {tm: _last(pending, job_name=JOB, tm_id=tm)[tm] for tm in WORKERS}
     uptime = _last("flink_jobmanager_job_uptime", job_name=JOB)
     assert obs.uptime_s[-1] == pytest.approx(uptime[JOB] / 1000)
     assert obs.lag[-1] == pytest.approx(sum(lag.values()))
     for tm, name in expected.items():
-        # utilisation: the busiest of its tasks (busy ms per second / 1000)
-        assert obs.cpu[name][-1] == pytest.approx(busy[tm] / 1000)
+        # utilisation: the busiest of its tasks, busy ms per second over the rate window, not the 60 s gauge (which
+        # still holds the job's start: 20 % higher in this capture)
+        assert obs.cpu[name][-1] == pytest.approx(_busy_share(tm, 4 * STEP), rel=0.05)
+        assert obs.cpu[name][-1] < 0.9 * gauge[tm] / 1000
         # throughput: records its work task takes in, per second (the source's output is not what it processes)
         rate = _counter_rate("flink_taskmanager_job_task_numRecordsIn", tm, job_name=JOB, task_name=(
             "work____committed_output:_Writer____committed_output:_Committer"))
@@ -186,4 +198,30 @@ def test_the_old_job_selector_on_cluster_series_matches_nothing(prom_url):
 def test_a_taskmanager_scraped_twice_is_held_naming_its_scrapes(prom_url):
     obs = _observe(prom_url, "twice", {"job_name": JOB}, "tm_id")
     dup = [h for h in obs.holds if h.startswith("duplicate series")]
-    assert len(dup) == 1 and "tm_2_3 is scraped 2×" in dup[0] and "instance=a:9249" in dup[0]
+    assert len(dup) == 1 and "tm_1_2 is scraped 2×" in dup[0] and "instance=a:9249" in dup[0]
+
+
+def test_busy_time_that_steps_back_is_not_read_as_a_restart(tmp_path):
+    """`accumulateBusyTimeMs` is wall time minus the idle time counted so far, and an idle stretch is only counted
+    when it ends (or at the 5 s view update): between two scrapes the value can step back. Measured on this
+    machine: one TaskManager at 40 records/s, 1 s scrapes, 9 of 89 consecutive pairs stepped back (4,420 → 4,413
+    among them), about 46 ms of busy time a second otherwise. `rate()` reads each step back as a counter reset and
+    adds the whole value: the loop saw busy shares of 0.4 where the task was 5 % busy."""
+    values = [4_236 + 46 * i for i in range(5)]
+    values += [values[-1] - 7] + [values[-1] - 7 + 46 * i for i in range(1, 9)]  # one step back, as measured
+    t0 = NOW - 600
+    labels = f'job_name="{JOB}",task_name="work",tm_id="tm_1_2",subtask_index="0"'
+    om = "# TYPE flink_taskmanager_job_task_accumulateBusyTimeMs gauge\n" + "".join(
+        f"flink_taskmanager_job_task_accumulateBusyTimeMs{{{labels}}} {v} {t0 + i:.3f}\n" for i, v in enumerate(values)
+    ) + "# EOF\n"
+    queries = QuerySet(JOB, "flink", {"job_name": JOB}, {"topic": TOPIC}, {}, 12.0, 2.0, worker_label="tm_id")
+    at = t0 + len(values) - 1
+    with local_prometheus(tmp_path, openmetrics=om) as url:
+        def value(query: str) -> float:
+            result = requests.get(f"{url}/api/v1/query", params={"query": query, "time": at}, timeout=10).json()
+            return float(result["data"]["result"][0]["value"][1])
+
+        busy = value(queries.query("cpu"))
+        naive = value(f"rate(flink_taskmanager_job_task_accumulateBusyTimeMs{{{labels}}}[12s]) / 1000")
+    assert busy == pytest.approx(0.046, rel=0.2)
+    assert naive > 0.3  # the reset reading the query avoids
