@@ -22,7 +22,8 @@ non-positive slope, which no worker has), its capacity falls back to the through
 ȳ_w / x̄_w · x_max,w (ȳ and x̄ over the regression's own samples). Capacities are never negative.
 
 A saturated job measures its capacity directly: while its backlog holds more than ``backlog_s`` seconds of its
-own throughput and still grows (it takes in no more than arrives), it processes as fast as it can. Once
+own throughput and still grows (over the window, it processed clearly less than arrived: by more than
+``SATURATION_DEFICIT`` of the arrivals), it processes as fast as it can. Once
 ``min_samples`` steady samples since the last rescale were saturated, the capacity at the current scale-out is at
 most their mean throughput: extrapolating CPU to its ceiling cannot promise more than the job delivers with a
 backlog waiting (the Flink autoscaler's "observed true processing rate" makes the same correction). It only
@@ -58,6 +59,10 @@ __all__ = ["CapacityModel"]
 _MIN_VAR_X = 1e-10  # CPU variance (utilization², x in [0, 1]) below which a slope is not determined
 # A backlog a healthy job does not carry: more than a few scrapes' worth of its throughput waiting.
 BACKLOG_S = 5.0
+# How much less than arrived a job with a backlog must process over a window to count as saturated. A job that
+# keeps up with a standing backlog (a file source a few files behind, a consumer a fetch behind) processes what
+# arrives, and two counters' rates scraped moments apart differ by a few percent: equality is not saturation.
+SATURATION_DEFICIT = 0.05
 
 
 KEPT_WORKERS = 64  # regressions of workers no longer reporting that are kept (oldest dropped first)
@@ -200,10 +205,12 @@ class CapacityModel:
             self._observed[obs.scaleout] = self.capacity_current()
 
     def _learn_saturation(self, obs: Observation, current: np.ndarray) -> None:
-        """Adds the job's throughput at the steps since the last rescale whose backlog exceeds `backlog_s` of it
-        and still grows (no more processed than arrived). A backlog being drained does not count: where each worker
-        reads its own partitions, the workers that drained theirs process only their arrivals while the slowest
-        catches up, and the total understates the capacity."""
+        """Adds the job's throughput at the steps since the last rescale whose backlog exceeds `backlog_s` of it,
+        when over those steps the job processed less than arrived by more than `SATURATION_DEFICIT`: the backlog
+        grows. Judged over the window, not per step: per step, a job that merely keeps up reads just below its
+        arrivals half the time. A backlog being drained does not count: where each worker reads its own partitions,
+        the workers that drained theirs process only their arrivals while the slowest catches up, and the total
+        understates the capacity."""
         workers = sorted(set(obs.throughput) & set(obs.cpu))
         if not workers:
             return
@@ -213,10 +220,10 @@ class CapacityModel:
             total = np.where(np.isfinite(thr) & (thr >= 0), thr, 0.0).sum(axis=0)
             lag = np.asarray(obs.lag, dtype=float)
             workload = np.asarray(obs.workload, dtype=float)
-            saturated = current & (reporting >= obs.scaleout) & (total > 0) & np.isfinite(lag) & (
-                lag > self.backlog_s * total) & (total <= workload)
-        if saturated.any():
-            self._saturated.update_many(total[saturated])
+            backlogged = current & (reporting >= obs.scaleout) & (total > 0) & np.isfinite(lag) & np.isfinite(
+                workload) & (lag > self.backlog_s * total)
+        if backlogged.any() and total[backlogged].sum() < (1 - SATURATION_DEFICIT) * workload[backlogged].sum():
+            self._saturated.update_many(total[backlogged])
 
     def _forget_gone_workers(self) -> None:
         """Pods of a Deployment get new names at every restart: keep the regressions of the current workers and
