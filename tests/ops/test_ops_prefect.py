@@ -247,17 +247,16 @@ def test_an_unanswered_proposal_expires_on_the_wall_clock_as_a_completed_run(sce
     assert "expired unanswered at" in entry.history[-1][1]
 
 
-def _latest(scenario: Scenario, key: str) -> dict:
-    found = scenario.api("POST", "/artifacts/filter", json={"artifacts": {"key": {"any_": [key]}},
-                                                            "sort": "CREATED_DESC", "limit": 1})
-    assert found, f"no artifact {key}"
-    return found[0]
-
-
-def _versions(scenario: Scenario, key: str) -> list[dict]:
+def _versions(scenario: Scenario, key: str, limit: int = 50) -> list[dict]:
     """The key's artifact versions, newest first."""
     return scenario.api("POST", "/artifacts/filter", json={"artifacts": {"key": {"any_": [key]}},
-                                                           "sort": "CREATED_DESC", "limit": 50})
+                                                           "sort": "CREATED_DESC", "limit": limit})
+
+
+def _latest(scenario: Scenario, key: str) -> dict:
+    found = _versions(scenario, key, limit=1)
+    assert found, f"no artifact {key}"
+    return found[0]
 
 
 def test_the_dashboards(scenario):
