@@ -19,7 +19,20 @@ carried over, the extrapolation stays conservative.
 
 When a worker's regression is not determined (fewer than ``min_samples`` samples, no CPU spread, or a
 non-positive slope, which no worker has), its capacity falls back to the through-origin ratio
-ȳ_w / x̄_w · x_max,w (ȳ and x̄ over the regression's own samples). Capacities are never negative.
+ȳ_w / x̄_w · x_max,w (ȳ and x̄ over the regression's own samples). So it does when the line's intercept is
+positive: a worker processes nothing without CPU, so α_w > 0 is noise in the CPU signal flattening the slope
+(regression dilution: on a flat load the fitted line tends to the mean throughput, and extrapolated to the ceiling
+it halved a real Flink worker's capacity). Beyond the mean CPU the through-origin line promises more, and it is what
+the Flink autoscaler uses as its true processing rate (records per busy second). Capacities are never negative.
+
+Each worker also has a regression of the current layout only (its samples since the last rescale). Once it has
+``min_samples`` samples, the line of the worker's whole history stands only while it explains the layout's mean
+throughput within ``LAYOUT_TOLERANCE``; otherwise the layout's own line (or its through-origin ratio) is used.
+They agree where a worker has its CPU to itself (a pod with its own CPU request), and the history's line, with more
+samples over a wider range of load, is then the better one.
+Where workers share cores (TaskManagers on one machine, an over-committed node), the CPU cost of a record changes
+with the layout: four one-slot TaskManagers on two cores spend about 1.8 ms of busy time per record, two spend about
+1.1, and a line pooled over both layouts judged the two-worker job at half its capacity.
 
 A saturated job measures its capacity directly: while its backlog holds more than ``backlog_s`` seconds of its
 own throughput and still grows (over the window, it processed clearly less than arrived: by more than
@@ -65,7 +78,15 @@ BACKLOG_S = 5.0
 SATURATION_DEFICIT = 0.05
 
 
+# How far the line of a worker's whole history may miss the current layout's mean throughput and still stand for it.
+LAYOUT_TOLERANCE = 0.10
+
 KEPT_WORKERS = 64  # regressions of workers no longer reporting that are kept (oldest dropped first)
+
+
+def _through_origin(reg: OnlineRegression, x: float) -> float:
+    """ȳ / x̄ · x: the line through the origin and the samples' mean (0 without CPU samples)."""
+    return reg.mean_y / reg.mean_x * x if reg.mean_x > 0 else 0.0
 
 
 class CapacityModel:
@@ -86,21 +107,21 @@ class CapacityModel:
 
     Examples
     --------
-    Two workers with exact linear data: A (y = 10 + 100·x) averages CPU 0.8, B (y = 5 + 200·x)
+    Two workers with exact linear data and an idle CPU: A (y = −10 + 100·x) averages CPU 0.8, B (y = −5 + 200·x)
     averages 0.4, so B's expected maximum CPU is 0.5 when A saturates.
 
     >>> x_a = np.array([0.7, 0.8, 0.9] * 4); x_b = x_a - 0.4
     >>> obs = Observation(
     ...     job="demo", timestamps=np.arange(12.0), workload=np.zeros(12), lag=np.zeros(12),
-    ...     throughput={"a": 10 + 100 * x_a, "b": 5 + 200 * x_b}, cpu={"a": x_a, "b": x_b},
+    ...     throughput={"a": -10 + 100 * x_a, "b": -5 + 200 * x_b}, cpu={"a": x_a, "b": x_b},
     ...     uptime_s=np.full(12, 3600.0), scaleout=2)
     >>> model = CapacityModel()
     >>> model.update(obs)
     >>> {w: round(c, 6) for w, c in model.worker_capacities().items()}
-    {'a': 110.0, 'b': 105.0}
+    {'a': 90.0, 'b': 95.0}
     >>> caps, observed = model.capacities(max_scaleout=3, current=2)
     >>> [round(c, 6) for c in caps], observed
-    ([107.5, 215.0, 322.5], (False, True, False))
+    ([92.5, 185.0, 277.5], (False, True, False))
     """
 
     def __init__(self, cpu_ceiling: float = 1.0, warmup_s: float = 60.0, min_samples: int = 10,
@@ -118,6 +139,7 @@ class CapacityModel:
         self.min_samples = int(min_samples)
         self.backlog_s = float(backlog_s)
         self._regressions: dict[str, OnlineRegression] = {}
+        self._layout: dict[str, OnlineRegression] = {}  # per current worker: its samples since the last rescale
         self._saturated = RunningMean()  # the job's throughput in saturated samples since the last rescale
         self._cpu_means: dict[str, RunningMean] = {}  # x̄_w since the last rescale
         self._workers: tuple[str, ...] = ()
@@ -162,6 +184,7 @@ class CapacityModel:
         rescaled = self._scaleout is not None and obs.scaleout != self._scaleout
         if rescaled:
             self._cpu_means = {}
+            self._layout = {}
             self._saturated = RunningMean()
         uptime = np.asarray(obs.uptime_s, dtype=float)
         with np.errstate(invalid="ignore"):
@@ -197,6 +220,7 @@ class CapacityModel:
             use &= current
             if use.any():
                 self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
+                self._layout.setdefault(worker, OnlineRegression()).update_many(x[use], y[use])
         self._learn_saturation(obs, current)
         self._workers = self._current_workers(obs, last_report, rescaled)
         self._scaleout = obs.scaleout
@@ -244,7 +268,21 @@ class CapacityModel:
 
     # --- capacities ----------------------------------------------------------------------------
     def _determined(self, reg: OnlineRegression) -> bool:
-        return reg.n >= self.min_samples and reg.var_x > _MIN_VAR_X and reg.slope > 0
+        """Whether the line is trusted: enough samples, CPU spread, a rising slope and no throughput without CPU."""
+        return reg.n >= self.min_samples and reg.var_x > _MIN_VAR_X and reg.slope > 0 and reg.intercept <= 0
+
+    def _capacity_at(self, worker: str, x_max: float) -> float:
+        """A worker's throughput at CPU `x_max`. Until the current layout has `min_samples` samples, from the line of
+        the worker's whole history. Then from that line while it explains the layout's mean throughput (within
+        `LAYOUT_TOLERANCE`: the cost of a record did not change with the layout), else from the layout's own line,
+        else through the origin from the layout's samples. Any line only when determined, else through the origin."""
+        history, layout = self._regressions[worker], self._layout.get(worker)
+        if layout is None or layout.n < self.min_samples:
+            return history.predict(x_max) if self._determined(history) else _through_origin(history, x_max)
+        if self._determined(history) and abs(history.predict(layout.mean_x) - layout.mean_y) <= (
+                LAYOUT_TOLERANCE * layout.mean_y):
+            return history.predict(x_max)
+        return layout.predict(x_max) if self._determined(layout) else _through_origin(layout, x_max)
 
     @property
     def saturated_throughput(self) -> float | None:
@@ -260,14 +298,7 @@ class CapacityModel:
         capacities = {}
         for worker, x_bar in means.items():
             x_max = self.cpu_ceiling * x_bar / top if top > 0 else 0.0
-            reg = self._regressions[worker]
-            if self._determined(reg):
-                capacity = reg.intercept + reg.slope * x_max
-            elif reg.mean_x > 0:
-                capacity = reg.mean_y / reg.mean_x * x_max
-            else:
-                capacity = 0.0
-            capacities[worker] = max(0.0, capacity)
+            capacities[worker] = max(0.0, self._capacity_at(worker, x_max))
         return capacities
 
     def capacity_current(self) -> float:
@@ -309,6 +340,7 @@ class CapacityModel:
             "min_samples": float(self.min_samples),
             "workers": list(self._workers),
             "regressions": {w: reg.to_state() for w, reg in sorted(self._regressions.items())},
+            "layout_regressions": {w: reg.to_state() for w, reg in sorted(self._layout.items())},
             "cpu_means": {w: mean.to_state() for w, mean in sorted(self._cpu_means.items())},
             "observed": {str(i): c for i, c in sorted(self._observed.items())},
             "backlog_s": self.backlog_s,
@@ -330,15 +362,18 @@ class CapacityModel:
             saturated = RunningMean.from_state(state["saturated"]) if "saturated" in state else RunningMean()
             regressions = {str(w): OnlineRegression.from_state(s) for w, s in state["regressions"].items()}
             cpu_means = {str(w): RunningMean.from_state(s) for w, s in state["cpu_means"].items()}
+            # states written before the layout's own regressions were kept have none: they start empty
+            layout = {str(w): OnlineRegression.from_state(s) for w, s in state.get("layout_regressions", {}).items()}
             observed = {int(i): float(c) for i, c in state["observed"].items()}
             scaleout = int(state["scaleout"]) if "scaleout" in state else None
         except (TypeError, ValueError, AttributeError) as error:
             raise KnowledgeError(f"CapacityModel state is malformed: {error}") from None
         if any(not math.isfinite(c) or c < 0 for c in observed.values()):
             raise KnowledgeError(f"CapacityModel state: observed capacities must be finite and ≥ 0: {observed}")
-        if any(w not in regressions for w in cpu_means):
-            raise KnowledgeError("CapacityModel state: a worker has a CPU mean but no regression")
+        if any(w not in regressions for w in (*cpu_means, *layout)):
+            raise KnowledgeError("CapacityModel state: a worker has a CPU mean or a layout line but no regression")
         model._workers, model._regressions, model._cpu_means = workers, regressions, cpu_means
+        model._layout = layout
         model._observed, model._scaleout = observed, scaleout
         model._saturated = saturated
         return model

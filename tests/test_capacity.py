@@ -69,7 +69,8 @@ def observation(
     )
 
 
-# Two workers with exact lines: A: y = 10 + 100·x at mean CPU 0.8; B: y = 5 + 200·x at mean CPU 0.4.
+# Two workers with exact lines (an idle CPU: no throughput below x = 0.1 and 0.025): A: y = −10 + 100·x at mean CPU
+# 0.8; B: y = −5 + 200·x at mean CPU 0.4.
 X_A = np.array([0.7, 0.8, 0.9] * 4)
 X_B = np.array([0.3, 0.4, 0.5] * 4)
 
@@ -79,7 +80,7 @@ def line(intercept: float, slope: float, x: np.ndarray) -> np.ndarray:
 
 
 def two_workers(**kwargs: object) -> Observation:
-    return observation({"a": line(10, 100, X_A), "b": line(5, 200, X_B)}, {"a": X_A, "b": X_B}, 2, **kwargs)
+    return observation({"a": line(-10, 100, X_A), "b": line(-5, 200, X_B)}, {"a": X_A, "b": X_B}, 2, **kwargs)
 
 
 # --- recorded data ------------------------------------------------------------------------------
@@ -156,14 +157,14 @@ def test_sine_workload_two_workers_linear_and_calibrated() -> None:
 def test_exact_skew_aware_capacities() -> None:
     model = CapacityModel()
     model.update(two_workers())
-    # x_max,a = 0.8 / 0.8 = 1 → 10 + 100 · 1; x_max,b = 0.4 / 0.8 = 0.5 → 5 + 200 · 0.5
+    # x_max,a = 0.8 / 0.8 = 1 → −10 + 100 · 1; x_max,b = 0.4 / 0.8 = 0.5 → −5 + 200 · 0.5
     assert model.mean_cpu == {"a": pytest.approx(0.8), "b": pytest.approx(0.4)}
-    assert model.worker_capacities() == {"a": pytest.approx(110.0, rel=1e-12), "b": pytest.approx(105.0, rel=1e-12)}
-    assert model.capacity_current() == pytest.approx(215.0, rel=1e-12)
+    assert model.worker_capacities() == {"a": pytest.approx(90.0, rel=1e-12), "b": pytest.approx(95.0, rel=1e-12)}
+    assert model.capacity_current() == pytest.approx(185.0, rel=1e-12)
     ceiling = CapacityModel(cpu_ceiling=0.9)
     ceiling.update(two_workers())
-    # x_max,a = 0.9 → 100; x_max,b = 0.45 → 95
-    assert ceiling.worker_capacities() == {"a": pytest.approx(100.0, rel=1e-12), "b": pytest.approx(95.0, rel=1e-12)}
+    # x_max,a = 0.9 → 80; x_max,b = 0.45 → 85
+    assert ceiling.worker_capacities() == {"a": pytest.approx(80.0, rel=1e-12), "b": pytest.approx(85.0, rel=1e-12)}
 
 
 def test_warm_up_samples_are_ignored() -> None:
@@ -171,7 +172,7 @@ def test_warm_up_samples_are_ignored() -> None:
     clean.update(two_workers())
     poison = np.array([1e12, -5.0, 3e9, 0.0])
     poisoned = observation(
-        {"a": np.concatenate([poison, line(10, 100, X_A)]), "b": np.concatenate([poison[::-1], line(5, 200, X_B)])},
+        {"a": np.concatenate([poison, line(-10, 100, X_A)]), "b": np.concatenate([poison[::-1], line(-5, 200, X_B)])},
         {"a": np.concatenate([[0.01, 0.99, 0.5, 0.02], X_A]), "b": np.concatenate([[0.99, 0.0, 0.01, 0.7], X_B])},
         2,
         uptime_s=np.concatenate([[0.0, 15.0, 30.0, 59.9], np.full(12, 60.0) + np.arange(12)]),
@@ -184,43 +185,43 @@ def test_warm_up_samples_are_ignored() -> None:
 
 
 def test_missing_and_negative_samples_are_dropped() -> None:
-    a = line(10, 100, X_A)
+    a = line(-10, 100, X_A)
     a[[2, 5]] = [np.nan, -1.0]
     cpu_b = X_B.copy()
     cpu_b[7] = np.inf
     model = CapacityModel(min_samples=5)
-    model.update(observation({"a": a, "b": line(5, 200, X_B)}, {"a": X_A, "b": cpu_b}, 2))
+    model.update(observation({"a": a, "b": line(-5, 200, X_B)}, {"a": X_A, "b": cpu_b}, 2))
     assert model.regression("a").n == 10 and model.regression("b").n == 11
     assert model.regression("a").slope == pytest.approx(100.0)
-    assert model.regression("b").intercept == pytest.approx(5.0)
+    assert model.regression("b").intercept == pytest.approx(-5.0)
 
 
 def test_observed_capacities_are_preferred_for_seen_scale_outs() -> None:
     model = CapacityModel()
     model.update(two_workers())
     capacities, observed = model.capacities(max_scaleout=4, current=2)
-    assert capacities == pytest.approx((107.5, 215.0, 322.5, 430.0), rel=1e-12)
+    assert capacities == pytest.approx((92.5, 185.0, 277.5, 370.0), rel=1e-12)
     assert observed == (False, True, False, False)
 
-    # rescale to 3: a third worker c (y = 20 + 150·x) joins; the partition assignment changes
+    # rescale to 3: a third worker c (y = −20 + 150·x) joins; the partition assignment changes
     x_a, x_b, x_c = np.full(12, 0.5) + X_A - 0.8, X_B, np.array([0.55, 0.6, 0.65] * 4)
     model.update(
         observation(
-            {"a": line(10, 100, x_a), "b": line(5, 200, x_b), "c": line(20, 150, x_c)},
+            {"a": line(-10, 100, x_a), "b": line(-5, 200, x_b), "c": line(-20, 150, x_c)},
             {"a": x_a, "b": x_b, "c": x_c},
             3,
             start=100.0,
         )
     )
     # x̄ since the rescale: a 0.5, b 0.4, c 0.6 → x_max = 5/6, 2/3, 1
-    expected = {"a": 10 + 100 * 5 / 6, "b": 5 + 200 * 2 / 3, "c": 20 + 150}
+    expected = {"a": -10 + 100 * 5 / 6, "b": -5 + 200 * 2 / 3, "c": -20 + 150}
     assert model.worker_capacities() == pytest.approx(expected, rel=1e-12)
     current = sum(expected.values())
     mean = current / 3
     capacities, observed = model.capacities(max_scaleout=4, current=3)
-    assert capacities == pytest.approx((mean, 215.0, current, 4 * mean), rel=1e-12)
+    assert capacities == pytest.approx((mean, 185.0, current, 4 * mean), rel=1e-12)
     assert observed == (False, True, True, False)
-    assert model.observed == pytest.approx({2: 215.0, 3: current})
+    assert model.observed == pytest.approx({2: 185.0, 3: current})
 
 
 def test_rescale_resets_the_mean_cpu() -> None:
@@ -229,17 +230,19 @@ def test_rescale_resets_the_mean_cpu() -> None:
     assert model.mean_cpu["a"] == pytest.approx(0.8)
     # same scale-out, new CPU level: x̄ keeps accumulating
     hot = np.full(12, 0.2)
-    model.update(observation({"a": line(10, 100, hot), "b": line(5, 200, X_B)}, {"a": hot, "b": X_B}, 2))
+    model.update(observation({"a": line(-10, 100, hot), "b": line(-5, 200, X_B)}, {"a": hot, "b": X_B}, 2))
     assert model.mean_cpu["a"] == pytest.approx(0.5)
     # a rescale (2 → 1): x̄ restarts from the samples after the restart in this window
     uptime = np.array([4_000.0, 4_001.0, 4_002.0, 0.0, 1.0, 2.0] + [100.0 + i for i in range(10)])
     x = np.array([0.9, 0.9, 0.9, 0.0, 0.0, 0.0] + [0.3] * 10)
-    model.update(observation({"a": line(10, 100, x)}, {"a": x}, 1, uptime_s=uptime, start=200.0))
+    model.update(observation({"a": line(-10, 100, x)}, {"a": x}, 1, uptime_s=uptime, start=200.0))
     assert model.workers == ("a",)
     assert model.mean_cpu == {"a": pytest.approx(0.3)}
     # the regression keeps everything steady it ever saw: 12 + 12 + 3 (before the restart) + 10
     assert model.regression("a").n == 37
-    assert model.worker_capacities() == {"a": pytest.approx(110.0)}  # alone, it is the hot worker
+    # alone, it is the hot worker; its 10 samples since the restart (all at CPU 0.3) determine no line, and the line of
+    # its history explains their throughput (20): that line stands, −10 + 100 · 1 (through the origin: 20 / 0.3)
+    assert model.worker_capacities() == {"a": pytest.approx(90.0)}
 
 
 def test_fallback_through_origin_when_the_regression_is_not_determined() -> None:
@@ -249,11 +252,53 @@ def test_fallback_through_origin_when_the_regression_is_not_determined() -> None
     model.update(observation({"a": np.full(12, 40.0)}, {"a": constant}, 1))
     assert model.worker_capacities() == {"a": pytest.approx(40.0 / 0.5)}
     model = CapacityModel(min_samples=10)
-    model.update(observation({"b": line(5, 200, few)}, {"b": few}, 1))
-    ratio = np.mean(line(5, 200, few)) / np.mean(few)
+    model.update(observation({"b": line(-5, 200, few)}, {"b": few}, 1))
+    ratio = np.mean(line(-5, 200, few)) / np.mean(few)
     assert model.worker_capacities() == {"b": pytest.approx(ratio)}
     assert not model.ready and model.observed == {}
     assert model.capacities(2, 1) == (pytest.approx((ratio, 2 * ratio)), (False, False))
+
+
+def test_a_line_flattened_by_cpu_noise_gives_way_to_the_through_origin_ratio() -> None:
+    # A worker that spends exactly 1 ms of busy time per record (y = 1,000·x) on a flat load: its true CPU is
+    # 0.29–0.31, read with ±0.02 of noise uncorrelated with it. The fitted slope is diluted to
+    # 1,000 · var(x) / (var(x) + var(noise)) = 1,000 · 6.67e-5 / 4.67e-4 = 142.9 with intercept 300 − 142.9 · 0.3 =
+    # 257.1 > 0: throughput without CPU. Extrapolated to the ceiling, that line says 400; the ratio says 1,000.
+    x_true = np.array([0.29, 0.30, 0.31] * 4)
+    noise = np.array([0.02, 0.02, -0.02, -0.02] * 3)
+    assert np.mean((x_true - x_true.mean()) * noise) == pytest.approx(0.0, abs=1e-15)
+    model = CapacityModel()
+    model.update(observation({"a": 1_000 * x_true}, {"a": x_true + noise}, 1))
+    reg = model.regression("a")
+    assert reg.slope == pytest.approx(1_000 / 7, rel=1e-9) and reg.intercept == pytest.approx(300 - 300 / 7, rel=1e-9)
+    assert reg.predict(1.0) == pytest.approx(400.0, rel=1e-9)
+    assert model.worker_capacities() == {"a": pytest.approx(1_000.0, rel=1e-9)}
+
+
+def test_workers_sharing_cores_are_judged_by_their_current_layout() -> None:
+    # Four workers on shared cores spend 2.5 ms of busy time per record (y = 400·x, CPU 0.6–1.0): 1,600 at four.
+    x = np.array([0.6, 0.8, 1.0] * 4)
+    workers = ("a", "b", "c", "d")
+    model = CapacityModel()
+    model.update(observation({w: 400 * x for w in workers}, {w: x for w in workers}, 4))
+    assert model.observed == pytest.approx({4: 1_600.0})
+    # Scaled in to two, each has a core of its own: 1 ms per record, seen on a flat load (CPU 0.9, 900 records/s).
+    # The line of the history (both layouts pooled, 24 samples): x̄ = 0.85, ȳ = 610, Sxy = 302 + 174 = 476,
+    # Sxx = 0.35 + 0.03 = 0.38: slope 1,252.6, intercept −454.7, and at CPU 0.9 it predicts 672.6, 25 % below the
+    # 900 seen: the cost of a record changed, so the layout's own samples decide, through the origin: 900 / 0.9.
+    flat = np.full(12, 0.9)
+    model.update(observation({w: 1_000 * flat for w in workers[:2]}, {w: flat for w in workers[:2]}, 2, start=100.0))
+    history = model.regression("a")
+    assert (history.slope, history.intercept) == pytest.approx((476 / 0.38, 610 - 476 / 0.38 * 0.85), rel=1e-9)
+    assert history.predict(0.9) == pytest.approx(672.63, abs=0.01)
+    assert model.worker_capacities() == {"a": pytest.approx(1_000.0), "b": pytest.approx(1_000.0)}
+    # Scale-out 3 is never seen: 3 × 1,000, though four delivered 1,600 (the cores are shared: see docs/engines.md)
+    capacities, observed = model.capacities(max_scaleout=4, current=2)
+    assert capacities == pytest.approx((1_000.0, 2_000.0, 3_000.0, 1_600.0))
+    assert observed == (False, True, False, True)
+    # the layout's line survives a round trip through the knowledge
+    assert CapacityModel.from_state(json.loads(json.dumps(model.to_state()))).capacities(4, 2) == (
+        capacities, observed)
 
 
 def test_capacity_is_never_negative() -> None:
@@ -274,12 +319,12 @@ def test_empty_model_knows_nothing() -> None:
 
 def test_scale_in_inside_the_window_keeps_the_workers_that_still_report() -> None:
     x = np.array([0.5, 0.6, 0.7] * 4)
-    gone = line(10, 100, x)
+    gone = line(-10, 100, x)
     gone[8:] = np.nan  # removed by the scale-in
-    late = line(10, 100, x)
+    late = line(-10, 100, x)
     late[-1] = np.nan  # one missed scrape: still a current worker
     model = CapacityModel()
-    model.update(observation({"a": line(10, 100, x), "b": late, "c": gone}, {"a": x, "b": x, "c": x}, 2, start=0.0))
+    model.update(observation({"a": line(-10, 100, x), "b": late, "c": gone}, {"a": x, "b": x, "c": x}, 2, start=0.0))
     assert model.workers == ("a", "b")
 
 
