@@ -272,12 +272,13 @@ class CapacityModel:
         return reg.n >= self.min_samples and reg.var_x > _MIN_VAR_X and reg.slope > 0 and reg.intercept <= 0
 
     def _capacity_at(self, worker: str, x_max: float) -> float:
-        """A worker's throughput at CPU `x_max`. Until the current layout has `min_samples` samples, from the line of
-        the worker's whole history. Then from that line while it explains the layout's mean throughput (within
-        `LAYOUT_TOLERANCE`: the cost of a record did not change with the layout), else from the layout's own line,
-        else through the origin from the layout's samples. Any line only when determined, else through the origin."""
+        """A worker's throughput at CPU `x_max`. Until the current layout has `min_samples` samples and throughput,
+        from the line of the worker's whole history. Then from that line while it explains the layout's mean
+        throughput (within `LAYOUT_TOLERANCE`: the cost of a record did not change with the layout), else from the
+        layout's own line, else through the origin from the layout's samples. A line only when determined, else
+        through the origin."""
         history, layout = self._regressions[worker], self._layout.get(worker)
-        if layout is None or layout.n < self.min_samples:
+        if layout is None or layout.n < self.min_samples or layout.mean_y <= 0:  # an idle layout says nothing
             return history.predict(x_max) if self._determined(history) else _through_origin(history, x_max)
         if self._determined(history) and abs(history.predict(layout.mean_x) - layout.mean_y) <= (
                 LAYOUT_TOLERANCE * layout.mean_y):

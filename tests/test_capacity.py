@@ -301,6 +301,16 @@ def test_workers_sharing_cores_are_judged_by_their_current_layout() -> None:
         capacities, observed)
 
 
+def test_an_idle_layout_keeps_the_capacity_of_the_history() -> None:
+    # After a rescale to one worker the job idles (no records, A's idle CPU 0.1): its layout says nothing of a
+    # record's cost, so the line of its history stands: −10 + 100 · 1 = 90, not 0 / 0.1 · 1.
+    model = CapacityModel()
+    model.update(two_workers())
+    idle = np.full(12, 0.1)
+    model.update(observation({"a": np.zeros(12)}, {"a": idle}, 1, start=100.0))
+    assert model.worker_capacities() == {"a": pytest.approx(90.0)}
+
+
 def test_capacity_is_never_negative() -> None:
     # y = -600 + 1,000·x seen at CPU 0.65–0.75; with a usable ceiling of 0.5 the line gives -100
     x = np.array([0.65, 0.7, 0.75] * 4)
