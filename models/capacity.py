@@ -139,9 +139,9 @@ class CapacityModel:
         self.min_samples = int(min_samples)
         self.backlog_s = float(backlog_s)
         self._regressions: dict[str, OnlineRegression] = {}
-        self._layout: dict[str, OnlineRegression] = {}  # per current worker: its samples since the last rescale
+        # per current worker, its samples since the last rescale: the layout's line, and x̄_w (its mean CPU)
+        self._layout: dict[str, OnlineRegression] = {}
         self._saturated = RunningMean()  # the job's throughput in saturated samples since the last rescale
-        self._cpu_means: dict[str, RunningMean] = {}  # x̄_w since the last rescale
         self._workers: tuple[str, ...] = ()
         self._scaleout: int | None = None
         self._observed: dict[int, float] = {}
@@ -165,7 +165,7 @@ class CapacityModel:
     @property
     def mean_cpu(self) -> dict[str, float]:
         """x̄_w: mean CPU of each current worker since the last rescale (workers with samples only)."""
-        return {w: self._cpu_means[w].mean for w in self._workers if w in self._cpu_means and self._cpu_means[w].n}
+        return {w: self._layout[w].mean_x for w in self._workers if w in self._layout and self._layout[w].n}
 
     def regression(self, worker: str) -> OnlineRegression:
         """A copy of a worker's regression (empty if the worker never gave a steady sample)."""
@@ -176,14 +176,13 @@ class CapacityModel:
     def ready(self) -> bool:
         """Whether every current worker has ``min_samples`` CPU samples since the last rescale."""
         return bool(self._workers) and all(
-            w in self._cpu_means and self._cpu_means[w].n >= self.min_samples for w in self._workers
+            w in self._layout and self._layout[w].n >= self.min_samples for w in self._workers
         )
 
     # --- learning ------------------------------------------------------------------------------
     def update(self, obs: Observation) -> None:
         rescaled = self._scaleout is not None and obs.scaleout != self._scaleout
         if rescaled:
-            self._cpu_means = {}
             self._layout = {}
             self._saturated = RunningMean()
         uptime = np.asarray(obs.uptime_s, dtype=float)
@@ -219,7 +218,6 @@ class CapacityModel:
                 self._regressions[worker] = reg  # re-inserted: the dict stays ordered by last update
             use &= current
             if use.any():
-                self._cpu_means.setdefault(worker, RunningMean()).update_many(x[use])
                 self._layout.setdefault(worker, OnlineRegression()).update_many(x[use], y[use])
         self._learn_saturation(obs, current)
         self._workers = self._current_workers(obs, last_report, rescaled)
@@ -342,7 +340,6 @@ class CapacityModel:
             "workers": list(self._workers),
             "regressions": {w: reg.to_state() for w, reg in sorted(self._regressions.items())},
             "layout_regressions": {w: reg.to_state() for w, reg in sorted(self._layout.items())},
-            "cpu_means": {w: mean.to_state() for w, mean in sorted(self._cpu_means.items())},
             "observed": {str(i): c for i, c in sorted(self._observed.items())},
             "backlog_s": self.backlog_s,
             "saturated": self._saturated.to_state(),
@@ -353,7 +350,7 @@ class CapacityModel:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> CapacityModel:
-        require_keys(cls, state, ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions", "cpu_means",
+        require_keys(cls, state, ("cpu_ceiling", "warmup_s", "min_samples", "workers", "regressions",
                                   "observed"))
         try:
             model = cls(float(state["cpu_ceiling"]), float(state["warmup_s"]), int(state["min_samples"]),
@@ -362,8 +359,7 @@ class CapacityModel:
             # states written before saturation was learnt have none: it starts empty
             saturated = RunningMean.from_state(state["saturated"]) if "saturated" in state else RunningMean()
             regressions = {str(w): OnlineRegression.from_state(s) for w, s in state["regressions"].items()}
-            cpu_means = {str(w): RunningMean.from_state(s) for w, s in state["cpu_means"].items()}
-            # states written before the layout's own regressions were kept have none: they start empty
+            # states written before the layout's lines were kept (with only its CPU means) start the layout afresh
             layout = {str(w): OnlineRegression.from_state(s) for w, s in state.get("layout_regressions", {}).items()}
             observed = {int(i): float(c) for i, c in state["observed"].items()}
             scaleout = int(state["scaleout"]) if "scaleout" in state else None
@@ -371,10 +367,9 @@ class CapacityModel:
             raise KnowledgeError(f"CapacityModel state is malformed: {error}") from None
         if any(not math.isfinite(c) or c < 0 for c in observed.values()):
             raise KnowledgeError(f"CapacityModel state: observed capacities must be finite and ≥ 0: {observed}")
-        if any(w not in regressions for w in (*cpu_means, *layout)):
-            raise KnowledgeError("CapacityModel state: a worker has a CPU mean or a layout line but no regression")
-        model._workers, model._regressions, model._cpu_means = workers, regressions, cpu_means
-        model._layout = layout
+        if any(w not in regressions for w in layout):
+            raise KnowledgeError("CapacityModel state: a worker has a layout line but no regression")
+        model._workers, model._regressions, model._layout = workers, regressions, layout
         model._observed, model._scaleout = observed, scaleout
         model._saturated = saturated
         return model

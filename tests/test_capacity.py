@@ -352,6 +352,21 @@ def test_state_round_trips_through_json() -> None:
     assert restored.to_state() == model.to_state()
 
 
+def test_a_state_from_before_the_layout_lines_loads_and_relearns_the_layout() -> None:
+    # Before the layout's lines, a state kept only the CPU means since the rescale ("cpu_means"): it still loads, keeps
+    # its regressions and observed capacities, and is ready again once the layout has `min_samples` new samples.
+    model = CapacityModel()
+    model.update(two_workers())
+    state = model.to_state()
+    old = {k: v for k, v in state.items() if k != "layout_regressions"}
+    old["cpu_means"] = {w: {"n": 12.0, "mean": 0.5} for w in ("a", "b")}
+    restored = CapacityModel.from_state(old)
+    assert restored.regression("a").to_state() == model.regression("a").to_state()
+    assert restored.observed == model.observed and not restored.ready
+    restored.update(two_workers(start=50.0))
+    assert restored.ready and restored.worker_capacities() == pytest.approx(model.worker_capacities())
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
