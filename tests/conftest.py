@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # the commands' settings from the shell that runs it (cli/settings.py); subprocesses inherit this.
 for _name in ("DAEDALUS_STORE", "DAEDALUS_JOBS_FILE", "DAEDALUS_LAKE", "DAEDALUS_POOL", "DAEDALUS_OPERATOR"):
     os.environ.pop(_name, None)
-os.environ["DAEDALUS_SETTINGS"] = os.path.join(tempfile.mkdtemp(prefix="daedalus-settings-"), "settings.toml")
+_SETTINGS_DIR = tempfile.mkdtemp(prefix="daedalus-settings-")
+atexit.register(shutil.rmtree, _SETTINGS_DIR, ignore_errors=True)  # one run must not leave a folder behind
+os.environ["DAEDALUS_SETTINGS"] = os.path.join(_SETTINGS_DIR, "settings.toml")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
