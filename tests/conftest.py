@@ -18,7 +18,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 for _name in ("DAEDALUS_STORE", "DAEDALUS_JOBS_FILE", "DAEDALUS_LAKE", "DAEDALUS_POOL", "DAEDALUS_OPERATOR"):
     os.environ.pop(_name, None)
 _SETTINGS_DIR = tempfile.mkdtemp(prefix="daedalus-settings-")
-atexit.register(shutil.rmtree, _SETTINGS_DIR, ignore_errors=True)  # one run must not leave a folder behind
+
+
+@atexit.register
+def _remove_settings_dir(pid: int = os.getpid()) -> None:
+    """One run must not leave a folder behind; a forked child running the exit handlers must not take it away."""
+    if os.getpid() == pid:
+        shutil.rmtree(_SETTINGS_DIR, ignore_errors=True)
+
+
 os.environ["DAEDALUS_SETTINGS"] = os.path.join(_SETTINGS_DIR, "settings.toml")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
