@@ -139,6 +139,30 @@ def saturation_throughput(s: Sampled, **kw: float) -> dict[int, dict[str, float]
     return out
 
 
+def record_cost(s: Sampled, warmup_s: float = 10.0, **kw: float) -> dict[int, dict[str, float | None]]:
+    """Per parallelism: the busy milliseconds a record costs a worker, below saturation and saturated (the medians
+    over seconds of Σ busy share / Σ throughput of the workers reporting both), and the seconds of each. Where the
+    two differ, records per busy second read below saturation misjudge the capacity by their ratio; `kw` are
+    `saturated`'s thresholds."""
+    sat = saturated(s, warmup_s=warmup_s, **kw)
+    pairs = [(t, b) for t, b, _ in s.workers.values()]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        both = [np.isfinite(t) & np.isfinite(b) for t, b in pairs]
+        busy = np.sum([np.where(ok, b, 0.0) for (_, b), ok in zip(pairs, both, strict=True)], axis=0)
+        thr = np.sum([np.where(ok, t, 0.0) for (t, _), ok in zip(pairs, both, strict=True)], axis=0)
+        cost = np.where(thr > 0, 1000.0 * busy / thr, np.nan) if pairs else np.full(s.ts.size, np.nan)
+        steady = (s.uptime >= warmup_s) & np.isfinite(cost) & np.isfinite(s.scaleout)
+    out: dict[int, dict[str, float | None]] = {}
+    for p in sorted({int(v) for v in s.scaleout[steady]}):
+        at = steady & (s.scaleout == p)
+        below, saturated_ = cost[at & ~sat], cost[at & sat]
+        out[p] = {"below_saturation_ms": float(np.median(below)) if below.size else None,
+                  "below_saturation_s": int(below.size),
+                  "saturated_ms": float(np.median(saturated_)) if saturated_.size else None,
+                  "saturated_s": int(saturated_.size)}
+    return out
+
+
 def _mean(a: np.ndarray) -> float | None:
     a = a[np.isfinite(a)]
     return float(a.mean()) if a.size else None
@@ -274,6 +298,9 @@ def _below(flink: LocalFlink, exporter: TraceExporter, workdir: Path, url: str, 
             time.sleep(max(0.0, begin + measure_s + 2 - time.time()))
             m = _measure(url, name, exporter.topic, begin, begin + measure_s)
             m["share"] = share
+            # Records per busy second (the through-origin capacity the model falls back to on a flat load).
+            per_worker = [w["throughput"] / w["busy"] for w in m["workers"].values() if w.get("busy")]
+            m["ratio_capacity"] = float(sum(per_worker)) if len(per_worker) == p else None
             points.append(m)
             load = max((w["cpu_load"] or 0.0) for w in m["workers"].values()) if m["workers"] else None
             log(f"parallelism {p} at {share:.0%} of saturation: {m['throughput']:.0f} records/s, busy "
@@ -378,6 +405,12 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
                 rows.append((f"{signal} → capacity at parallelism {p}", f"{e['capacity_at_1']:.0f} records/s",
                              f"{e['error_pct']:+.0f} % against saturation ({b['saturation']:.0f})",
                              f"R² {_fmt(e['r2'])}"))
+        for m in b["points"]:
+            if m.get("ratio_capacity") is not None:
+                rows.append((f"records per busy second at {m['share']:.0%}, parallelism {p}",
+                             f"{m['ratio_capacity']:.0f} records/s",
+                             f"{100 * (m['ratio_capacity'] / b['saturation'] - 1):+.0f} % against saturation "
+                             f"({b['saturation']:.0f})", ""))
     for method, key in (("resource-requirements", "session"), ("reactive", "reactive")):
         for r in results.get(key, {}).get("rescales", []):
             down = r.get("down_s")

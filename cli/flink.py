@@ -52,6 +52,7 @@ SPEEDUP = 4.0
 LOOP_S = 60.0 / SPEEDUP
 WORK_US = 1000  # CPU time per record: a worker with a core of its own processes about 1,000 records/s
 DEFAULT_MINUTES = 12.0  # the trace; with the set-up and the saturation measurements the demo takes ~17 min
+MAX_LEVEL = 8  # TaskManagers (1 GB each) `daedalus bench flink --levels` may start
 MIN_SATURATED_S = 15  # seconds of saturation in the run that make a measurement of its own
 LEARN_S = 360.0  # paper seconds (90 s at 4×) in which the loop decides but does not act: capacity needs data
 PEAK = 2.5  # the plateau, in probed single-worker capacities: the probe runs against neighbours at their busiest
@@ -372,6 +373,9 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
         "saturation_flood": {str(p): [round(x, 1) for x in v] for p, v in sorted(probes.items())},
         "saturated_in_run": {str(p): v for p, v in in_run.items()},
         "capacity_estimates": {str(p): round(c, 1) for p, c in sorted(estimates.items())},
+        # What a record cost each worker at each parallelism, below saturation and saturated: where the first is
+        # higher, records per busy second from a quiet period read the capacity low by the ratio (docs/engines.md).
+        "record_cost_ms": {str(p): v for p, v in bench_flink.record_cost(s).items()},
         "peak_rss_bytes": peak_rss,
         "decisions": [{"time": it["time"], "elapsed_s": it["elapsed_s"], "kind": it["kind"],
                        "current": it.get("current"), "target": it.get("target"), "action": it.get("action"),
@@ -393,15 +397,18 @@ def plot(s: bench_flink.Sampled, loops: list[dict[str, Any]], report: dict[str, 
     fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True, constrained_layout=True)
     ax1.plot(minutes, s.workload, lw=0.8, label="workload (trace)")
     ax1.plot(minutes, s.throughput, lw=0.6, alpha=0.8, label="throughput")
-    caps = [(it["time"], it.get("capacity_current")) for it in loops if it.get("capacity_current")]
+    caps = [(it["time"], it.get("capacity_current")) for it in loops  # as report.json judges them: holds act on none
+            if it.get("capacity_current") and it.get("kind") not in ("hold", "error")]
     if caps:
         ax1.plot([(t - t0) / 60 for t, _ in caps], [c for _, c in caps], "o", ms=3, label="capacity estimate")
-    for p, v in report["saturation_throughput"].items():
+    span = float(minutes[-1]) if minutes.size else 1.0
+    for i, (p, v) in enumerate(report["saturation_throughput"].items()):
         ax1.axhline(v, lw=0.6, ls=":", color="grey")
-        ax1.annotate(f"saturation at {p}", (0, v), fontsize=7, color="grey")
+        ax1.annotate(f"saturation at {p}", (i * span / 6, v), fontsize=7, color="grey")  # apart: levels can be close
     ax1.set_ylabel("records/s")
     ax1.legend(loc="upper right", fontsize=8)
-    ax1.set_title(f"Daedalus on Flink {FLINK_VERSION}: {report['rescales']} rescales, "
+    n = report["rescales"]
+    ax1.set_title(f"Daedalus on Flink {FLINK_VERSION}: {n} rescale{'' if n == 1 else 's'}, "
                   f"{report['records_committed']:,} of {report['records_generated']:,} records committed once")
     ax2.step(minutes, s.scaleout, where="post", lw=1.2, label="parallelism (metrics)")
     for it in loops:
@@ -427,15 +434,29 @@ def flink_demo(out: Path, minutes: float = DEFAULT_MINUTES, seed: int = 0) -> No
     console.print(f"Wrote {out / 'report.json'} and {out / 'report.png'}")
 
 
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`--levels 1,2,4` → (1, 2, 4): whole numbers from 1 to 8 (a TaskManager each on this machine), rising."""
+    try:
+        levels = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise DaedalusError(f"--levels: {text!r} is not a comma-separated list of parallelisms, e.g. 1,2,4") from None
+    if not levels or any(not 1 <= p <= MAX_LEVEL for p in levels) or list(levels) != sorted(set(levels)):
+        raise DaedalusError(f"--levels: {text!r} must rise, each from 1 to {MAX_LEVEL}, e.g. 1,2,4")
+    return levels
+
+
 def bench(
     out: Annotated[Path | None, typer.Option(help="Write the figures here (JSON)")] = None,
     work_us: Annotated[int, typer.Option(min=50, help="CPU microseconds per record")] = WORK_US,
     reactive: Annotated[bool, typer.Option(help="Also measure reactive mode's rescales")] = True,
+    levels: Annotated[str, typer.Option(help="Parallelisms to measure, comma-separated and rising (one "
+                                             "TaskManager each; utilisation is measured at 1 and 2)")] = "1,2,3,4",
 ) -> None:
     """Calibrate the simulator against a real Flink here: saturation at 1…4 workers, utilisation against
     throughput, rescale downtime per method."""
     try:
-        results = bench_flink.calibrate(work_us=work_us, reactive=reactive, log=console.print)
+        results = bench_flink.calibrate(levels=parse_levels(levels), work_us=work_us, reactive=reactive,
+                                        log=console.print)
     except DaedalusError as exc:
         fail(exc)
     from rich.table import Table

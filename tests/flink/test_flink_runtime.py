@@ -86,3 +86,16 @@ def test_the_job_compiles_once_and_its_trace_agrees_with_pythons(tmp_path):
                            str(trace.start_ms), *map(str, moments)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert [int(x) for x in done.stdout.split()] == [trace.due(t) for t in moments]
+
+
+def test_bench_flink_refuses_levels_it_cannot_measure_before_starting_anything():
+    from typer.testing import CliRunner
+
+    from daedalus.cli.flink import parse_levels
+    from daedalus.cli.main import app
+
+    assert parse_levels("1,2") == (1, 2) and parse_levels(" 1, 3,4") == (1, 3, 4)
+    for bad in ("2,1", "1,1", "0,1", "1,9", "one", "1,,2", ""):
+        res = CliRunner().invoke(app, ["bench", "flink", "--levels", bad])
+        assert res.exit_code != 0 and "--levels" in res.output, (bad, res.output)
+        assert "Traceback" not in res.output and "session cluster" not in res.output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daedalus.bench.flink import Sampled, saturation_throughput
+from daedalus.bench.flink import Sampled, record_cost, saturation_throughput
 
 
 def _sampled(throughput, busy, lag, workload, scaleout, uptime) -> Sampled:
@@ -32,3 +32,25 @@ def test_missing_samples_never_count():
     s = _sampled(throughput=[np.nan, 1600], busy=[1, 1], lag=[50_000, 50_000], workload=[2400, 2400],
                  scaleout=[3, np.nan], uptime=[60, 61])
     assert saturation_throughput(s) == {}
+
+
+def test_the_cost_of_a_record_is_busy_time_over_throughput_below_and_at_saturation():
+    # Two workers at p=2: seconds 0-1 below saturation, 0.25 + 0.27 busy for 200 + 200 records/s → 1.3 ms a record;
+    # 2 is 5 s after the restart (left out); 3-4 saturated (a backlog of 50,000), 1.0 + 0.98 busy for 900 + 900 →
+    # 1.1 ms. A worker without a busy share (second 1, worker b) counts in neither sum.
+    n = 5
+    s = Sampled(ts=np.arange(n, dtype=float), workload=np.array([400, 400, 400, 2000, 2000.0]),
+                throughput=np.array([400, 200, 400, 1800, 1800.0]), busy_min=np.full(n, np.nan),
+                busy_max=np.full(n, np.nan), cpu_load=np.full(n, np.nan),
+                lag=np.array([0, 0, 0, 50_000, 50_000.0]), scaleout=np.full(n, 2.0),
+                uptime=np.array([100, 101, 5, 60, 61.0]),
+                workers={"a": (np.array([200, 200, 200, 900, 900.0]), np.array([0.25, 0.26, 0.3, 1.0, 1.0]),
+                               np.full(n, np.nan)),
+                         "b": (np.array([200, 200, 200, 900, 900.0]), np.array([0.27, np.nan, 0.3, 0.98, 0.98]),
+                               np.full(n, np.nan))})
+    got = record_cost(s)
+    assert list(got) == [2]
+    assert got[2]["below_saturation_s"] == 2 and got[2]["saturated_s"] == 2
+    # second 0: 0.52 / 400 = 1.3 ms; second 1: worker a alone, 0.26 / 200 = 1.3 ms
+    assert abs(got[2]["below_saturation_ms"] - 1.3) < 1e-12
+    assert abs(got[2]["saturated_ms"] - 1.98 / 1800 * 1000) < 1e-12
