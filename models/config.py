@@ -23,7 +23,9 @@ class LoopConfig:
     partitions: int | None = None  # round targets up to a divisor of the partitions (as Flink does)
     target_recovery_time: float = 600.0  # recovery-time target (paper: 600 s)
     recent_rescale_s: float = 600.0  # Algorithm 1 line 1: "within 600 s of the last rescale"
-    grace_s: float = 180.0  # no new action within 180 s of the previous one
+    # No new action within 180 s of the previous one; the model-predictive planner's one exception is a scale-out
+    # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planner_mpc.py).
+    grace_s: float = 180.0
     # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
     # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off.
     scale_in_interval: float = 1200.0

@@ -13,8 +13,10 @@ Algorithm 1, as ARCHITECTURE.md states it:
    current scale-out; when scaling in, skip i while the consumer lag exceeds what i processes in one second;
    return i if C_i exceeds the maximum of the whole forecast.
 3. Nothing qualified → the maximum scale-out.
-Guardrails: holds for bad data or a pause, no action within `grace_s` of the previous one, min/max
-scaleout, a maximum step and partition-aware rounding. Every clamp adds a reason with before and after.
+Guardrails: holds for bad data or a pause, no action within `grace_s` of the previous one (except the
+model-predictive planner's scale-out for a breach of the SLO after an executed rescale: a spike does not wait out
+the grace period), min/max scaleout, a maximum step and partition-aware rounding. Every clamp adds a reason with
+before and after.
 """
 
 from __future__ import annotations
@@ -124,11 +126,12 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         return hold(f"no capacity learned yet (every estimate is 0 against a workload of {a.avg_workload:,.0f}/s): "
                     "nothing to size the job by")
     since_rescale = None if ctx.last_rescale is None else now - ctx.last_rescale
+    early = False
     if cfg.planner == "daedalus-paper":
         target, reasons = algorithm_1(cfg, a, since_rescale)
     else:
-        target, reasons = planner_mpc.decide(cfg, a, now, ctx.last_rescale, ctx.last_action,
-                                             ctx.downtime_out_s, ctx.downtime_in_s)
+        target, reasons, early = planner_mpc.decide(cfg, a, now, ctx.last_rescale, ctx.last_action,
+                                                    ctx.downtime_out_s, ctx.downtime_in_s)
     notes = list(reasons)
     if target != cur:
         rounded = _round_to_partitions(target, cur, cfg)
@@ -150,8 +153,11 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
     if target == cur:
         return Decision(id=did, time=now, kind="no-change", current=cur, target=cur, reasons=tuple(notes))
     if ctx.last_action is not None and now - ctx.last_action < cfg.grace_s:
-        return hold(*notes, f"grace period: last action {now - ctx.last_action:.0f} s ago "
-                    f"(< {cfg.grace_s:.0f} s), not acting on {cur} → {target}")
+        if not (early and target > cur):
+            return hold(*notes, f"grace period: last action {now - ctx.last_action:.0f} s ago "
+                        f"(< {cfg.grace_s:.0f} s), not acting on {cur} → {target}")
+        notes.append(f"inside the grace period (last action {now - ctx.last_action:.0f} s ago, < {cfg.grace_s:.0f} s): "
+                     "a scale-out, since waiting would break the latency budget")
     return Decision(
         id=did, time=now, kind="scale-out" if target > cur else "scale-in", current=cur, target=target,
         reasons=tuple(notes), predicted_recovery_s=_finite(a.recovery_time(target)),

@@ -7,7 +7,9 @@ horizon and applies its first step, as model-predictive control does:
 
 - the candidate schedules are "keep the current scale-out", and "switch to scale-out i now, at the next loop
   or at the earliest loop the guardrails allow", each followed by nothing or by one more switch
-  `rescale_interval` later (`candidates`), over the forecast's 30 minutes;
+  `rescale_interval` later (`candidates`), over the forecast's 30 minutes. A scale-out sooner than the planner's
+  pace is taken only when nothing else keeps the latency budget; inside the grace period after an executed
+  rescale, only when keeping the scale-out would break the SLO itself;
 - each schedule is simulated on the same models the paper's planner uses (capacity per scale-out, the
   forecast, the downtime of a rescale and the replay from the last checkpoint), in 5-second bins, with the
   backlog's Lindley recursion b ← max(0, b + arrivals − capacity);
@@ -306,10 +308,12 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
         if n1 == current:
             continue
         earliest = max(grace_left, scale_in_left if n1 < current else 0.0)
-        if earliest >= horizon:
+        if earliest >= horizon and n1 < current:
             continue
         first = math.ceil(earliest / step - 1e-9) * step
         starts = [0.0, step] if first <= 0 else [first] if first < horizon else []
+        if n1 > current and first > 0:  # inside the grace period: early, for a breach of the SLO only (`decide`)
+            starts = [0.0, *([step] if step < first else []), *starts]
         paced = math.ceil(pace_left / step - 1e-9) * step
         if n1 > current and paced > first and paced < horizon:
             starts.append(paced)
@@ -327,18 +331,20 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
 
 
 def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None, last_action: float | None,
-           downtime_out_s: float | None = None, downtime_in_s: float | None = None) -> tuple[int, tuple[str, ...]]:
-    """The scale-out to run now, and why: the first step of the cheapest feasible schedule."""
+           downtime_out_s: float | None = None, downtime_in_s: float | None = None
+           ) -> tuple[int, tuple[str, ...], bool]:
+    """The scale-out to run now, why, and whether it is early (sooner than the planner's pace or the grace period
+    allow, because waiting would break the latency budget): the first step of the cheapest feasible schedule."""
     cur = a.scaleout
     if a.avg_workload <= 0 and a.forecast.peak <= 0 and a.lag <= 0:
         return cfg.min_scaleout, ("idle: no workload, no forecast workload and no backlog: "
-                                  f"the minimum scale-out {cfg.min_scaleout} suffices",)
+                                  f"the minimum scale-out {cfg.min_scaleout} suffices",), False
     horizon = float(len(a.forecast.values)) if a.forecast.values else 900.0
     horizon = max(2 * cfg.loop_interval_s, min(horizon, 3600.0))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         inputs = prepare(cfg, a, horizon)
     if not np.isfinite(inputs.usable).all() or inputs.usable[cur - 1] <= 0:
-        return cur, ("no usable capacity estimate at the current scale-out: keep it",)
+        return cur, ("no usable capacity estimate at the current scale-out: keep it",), False
     d_out = cfg.downtime_out_s if downtime_out_s is None else downtime_out_s
     d_in = cfg.downtime_in_s if downtime_in_s is None else downtime_in_s
     grace_left = 0.0 if last_action is None else max(0.0, cfg.grace_s - (now - last_action))
@@ -354,10 +360,16 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         schedules = evaluate(cfg, inputs, cur, a.lag,
                              candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left), d_out, d_in,
                              robust_s)
+    settled = last_rescale is not None and last_action is not None and last_rescale >= last_action
+    if grace_left > 0 and (schedules[0].max_latency_s <= cfg.latency_slo or not settled):
+        # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
+        # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
+        # and never after an intent that did not reach the target (its grace period keeps it from being redone).
+        schedules = [s for s in schedules if not s.switches or s.switches[0][0] >= grace_left - 1e-9]
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
-        return bool(s.switches) and s.switches[0][0] < pace_left - 1e-9
+        return bool(s.switches) and s.switches[0][0] < max(pace_left, grace_left) - 1e-9
 
     def rank(s: Schedule) -> tuple[float, bool, int]:
         # Feasible schedules at the planner's pace by cost; then a scale-out sooner than the pace (only when the
@@ -395,11 +407,11 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
             notes.append(f"cheapest: {text(best)}; not now: keep {cur}")
         else:
             notes.append(f"cheapest: keep {cur}")
-        return cur, tuple(notes)
+        return cur, tuple(notes), False
     target = best.switches[0][1]
-    if early(best):
+    if early(best) and last_rescale is not None:
         notes.append(f"the last rescale was {now - last_rescale:.0f} s ago (< {cfg.rescale_interval:.0f} s): "
                      "rescaling sooner than the planner's pace, since waiting would break the latency budget")
     notes.append(f"cheapest: {text(best)}, against {waiting.cost:,.0f} waiting ({waiting.describe(cur)}): "
                  f"{cur} → {target}")
-    return target, tuple(notes)
+    return target, tuple(notes), early(best)

@@ -199,3 +199,33 @@ def test_a_job_picks_its_planner_and_latency_objective_in_the_jobs_file(tmp_path
     jobs = load_jobs(path)
     assert (jobs.job("a").loop_config().planner, jobs.job("a").loop_config().latency_slo) == ("daedalus", 60.0)
     assert (jobs.job("b").loop_config().planner, jobs.job("b").loop_config().latency_slo) == ("daedalus-paper", 120.0)
+
+
+def test_inside_the_grace_period_only_a_breach_of_the_slo_scales_out():
+    # 420,000/s for T seconds, then 250,000/s, at 4 workers (usable 392,000/s). On the band (420,000 × 1.01–1.03
+    # over the first ten minutes) the backlog grows by about 35,000 tuples a second: after 600 s about 21 million,
+    # 55–57 s of the four workers' capacity, over the budget (48 s) but within the SLO (60 s); after 700 s about
+    # 68 s, over the SLO. 6 workers now (usable 588,000/s) hold the latency under 40 s.
+    rescaled = dict(last_rescale=NOW - 60, last_action=NOW - 60)  # 60 s ago: 120 s of the grace period left
+    within = analysis(steps((600, 420_000), (HORIZON - 600, 250_000)), scaleout=4)
+    d = plan(CFG, within, ctx(**rescaled), NOW)
+    assert any("keep 4:" in r and "predicted latency ≤ 57 s (over the budget 48 s)" in r for r in d.reasons)
+    assert d.kind == "no-change" and not any("inside the grace period" in r for r in d.reasons)
+    # The same load five minutes after the rescale (past the grace period, within the pace): 6 now.
+    assert plan(CFG, within, ctx(last_rescale=NOW - 300, last_action=NOW - 300), NOW).target == 6
+    over = analysis(steps((700, 420_000), (HORIZON - 700, 250_000)), scaleout=4)
+    d = plan(CFG, over, ctx(**rescaled), NOW)
+    assert any("keep 4:" in r and "predicted latency ≤ 68 s" in r for r in d.reasons)
+    assert (d.kind, d.target) == ("scale-out", 6)
+    assert d.reasons[-1] == ("inside the grace period (last action 60 s ago, < 180 s): a scale-out, since waiting "
+                             "would break the latency budget")
+
+
+def test_the_grace_period_of_an_action_that_never_happened_holds_whatever_the_load():
+    # The last action is an intent whose run died before the patch (abandoned: its time is newer than the last
+    # rescale). Its grace period stands, so that the action is never redone blindly, even with the SLO breached.
+    over = analysis(steps((700, 420_000), (HORIZON - 700, 250_000)), scaleout=4)
+    for last_rescale in (None, NOW - 3600):
+        d = plan(CFG, over, ctx(last_rescale=last_rescale, last_action=NOW - 60), NOW)
+        assert d.kind in ("hold", "no-change") and d.target == 4
+        assert not any("inside the grace period" in r for r in d.reasons)
