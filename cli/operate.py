@@ -206,14 +206,32 @@ def find_approval_run(proposal: str) -> Any | None:
 APPROVAL_RUN_START_S = 90.0  # a proposal shows in `status` before its approval run (a flow run) has started
 
 
+def approvals_deployed() -> bool:
+    """Whether the API in force has the `approve-scale` deployment: then every proposal gets an approval run."""
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from daedalus.tasks.approval import APPROVE_DEPLOYMENT
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(APPROVE_DEPLOYMENT)
+        except ObjectNotFound:
+            return False
+    return True
+
+
 def _approval_run(proposal: str) -> Any | None:
     """The proposal's approval run once it waits for an answer or has ended: an operator who answers the moment
-    a proposal appears should not be told to come back later."""
+    a proposal appears should not be told to come back later. Where approvals are deployed, the loop starts the run
+    moments after it saved the proposal: an answer in between waits for it instead of going to the job's inbox."""
     run = find_approval_run(proposal)
     deadline = time.monotonic() + APPROVAL_RUN_START_S
+    expected = run is None and approvals_deployed()
     with console.status(f"waiting for the approval run of {proposal} to start"):
-        while (run is not None and run.state is not None and not run.state.is_paused() and not run.state.is_final()
-               and not run.empirical_policy.resuming and time.monotonic() < deadline):
+        while time.monotonic() < deadline and (
+                (run is None and expected) or (run is not None and run.state is not None and not run.state.is_paused()
+                                               and not run.state.is_final() and not run.empirical_policy.resuming)):
             time.sleep(2)
             run = find_approval_run(proposal)
     return run

@@ -84,14 +84,15 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
     for note in it.notes:
         logger.info("%s: %s", job, note)
     emit_loop_events(job, it, knowledge, store_url, jobs_file)
+    # The proposal is visible from the save on: its approval run (the operator's form) comes before any report.
+    if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
+        request_approval(it, knowledge, spec, store_url, jobs_file)
     # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
     try:
         publish_dashboards(it, knowledge, store_url, target.config.mode, stop, version)
     except Exception as exc:
         logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
                      type(exc).__name__, exc)
-    if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
-        request_approval(it, knowledge, spec, store_url, jobs_file)
     if it.closed and jobs_file is not None:
         try:
             close_approval_runs(it.closed)

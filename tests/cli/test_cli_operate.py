@@ -170,3 +170,25 @@ def test_a_run_the_one_at_a_time_limit_cancelled_is_not_the_last_run():
     assert operate._skipped(Cancelled(message="Deployment concurrency limit reached."))
     assert not operate._skipped(Cancelled(message="cancelled by alice"))
     assert not operate._skipped(Completed()) and not operate._skipped(Late())
+
+
+def test_an_answer_right_after_the_proposal_waits_for_its_approval_run_where_approvals_are_deployed(monkeypatch):
+    # The loop saves the proposal, then starts its approval run: an operator who answers in between is served by
+    # the run (what the UI's form resumes), not by the inbox. Without the deployment no run will come: no wait.
+    from types import SimpleNamespace
+
+    paused = SimpleNamespace(state=SimpleNamespace(is_paused=lambda: True, is_final=lambda: False),
+                             empirical_policy=SimpleNamespace(resuming=False))
+    calls = []
+
+    def find(proposal):
+        calls.append(proposal)
+        return paused if len(calls) >= 3 else None
+
+    monkeypatch.setattr(operate, "find_approval_run", find)
+    monkeypatch.setattr(operate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(operate, "approvals_deployed", lambda: True)
+    assert operate._approval_run("ads-1") is paused and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(operate, "approvals_deployed", lambda: False)
+    assert operate._approval_run("ads-1") is None and calls == ["ads-1"]
