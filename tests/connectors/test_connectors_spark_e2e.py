@@ -36,9 +36,11 @@ from daedalus.runtime.spark_stream import read_json
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
 JOB = "spark-local"
-# 40 s at more rows/s than the job processes at scaleout 1 here (it falls behind), then 60 s calmer: at
-# scaleout 2 it works the backlog off, saturated, then keeps up.
-PROFILE = [8000] * 40 + [2500] * 60
+# 70 s at more rows/s than the job processes at scaleout 1 here (it falls behind), then 30 s calmer. The operator's
+# scale-out to 2 (at about 40 s) meets the same load: a scale-out is judged where it works. Judged only on the calm
+# part, it was not: records per busy second at a quarter of capacity read low (a micro-batch's fixed cost;
+# docs/engines.md), and the two-slot estimate once came out below the one-slot capacity.
+PROFILE = [8000] * 70 + [2500] * 30
 # Utilization per task slot: the share of time a micro-batch runs (1 exactly when saturated). The JVM's CPU per
 # slot stays well below 1 when the job saturates on a shared 2-core machine, and the capacity regression,
 # which extrapolates to utilization 1, would overestimate (measured and explained in docs/connectors.md).
