@@ -157,7 +157,7 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
             return hold(*notes, f"grace period: last action {now - ctx.last_action:.0f} s ago "
                         f"(< {cfg.grace_s:.0f} s), not acting on {cur} → {target}")
         notes.append(f"inside the grace period (last action {now - ctx.last_action:.0f} s ago, < {cfg.grace_s:.0f} s): "
-                     "a scale-out, since waiting would break the latency budget")
+                     f"a scale-out, since keeping {cur} would break the {cfg.latency_slo:.0f} s SLO itself")
     return Decision(
         id=did, time=now, kind="scale-out" if target > cur else "scale-in", current=cur, target=target,
         reasons=tuple(notes), predicted_recovery_s=_finite(a.recovery_time(target)),

@@ -333,8 +333,9 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
 def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None, last_action: float | None,
            downtime_out_s: float | None = None, downtime_in_s: float | None = None
            ) -> tuple[int, tuple[str, ...], bool]:
-    """The scale-out to run now, why, and whether it is early (sooner than the planner's pace or the grace period
-    allow, because waiting would break the latency budget): the first step of the cheapest feasible schedule."""
+    """The scale-out to run now, why, and whether it is early (sooner than the planner's pace allows, because
+    waiting would break the latency budget; or inside the grace period, because keeping would break the SLO): the
+    first step of the cheapest feasible schedule."""
     cur = a.scaleout
     if a.avg_workload <= 0 and a.forecast.peak <= 0 and a.lag <= 0:
         return cfg.min_scaleout, ("idle: no workload, no forecast workload and no backlog: "

@@ -217,8 +217,8 @@ def test_inside_the_grace_period_only_a_breach_of_the_slo_scales_out():
     d = plan(CFG, over, ctx(**rescaled), NOW)
     assert any("keep 4:" in r and "predicted latency ≤ 68 s" in r for r in d.reasons)
     assert (d.kind, d.target) == ("scale-out", 6)
-    assert d.reasons[-1] == ("inside the grace period (last action 60 s ago, < 180 s): a scale-out, since waiting "
-                             "would break the latency budget")
+    assert d.reasons[-1] == ("inside the grace period (last action 60 s ago, < 180 s): a scale-out, since keeping 4 "
+                             "would break the 60 s SLO itself")
 
 
 def test_the_grace_period_of_an_action_that_never_happened_holds_whatever_the_load():
