@@ -70,6 +70,8 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
     current = max(obs.scaleout, 1)
     forecast = k.forecaster.forecast(now)
     capacities, observed = k.capacity.capacities(cfg.max_scaleout, current)
+    loads = k.capacity.observed_load
+    observed_load = tuple(loads.get(i, 0.0) if seen else 0.0 for i, seen in enumerate(observed, start=1))
     finite = obs.workload[np.isfinite(obs.workload)]
     avg_workload = float(finite.mean()) if finite.size else 0.0
     recent = finite[-int(cfg.checkpoint_interval):] if finite.size else finite
@@ -91,4 +93,5 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
             cfg.checkpoint_interval, cfg.max_recovery_s,
         ),
         holds=holds,
+        observed_load=observed_load,
     )

@@ -145,6 +145,7 @@ class CapacityModel:
         self._workers: tuple[str, ...] = ()
         self._scaleout: int | None = None
         self._observed: dict[int, float] = {}
+        self._observed_load: dict[int, float] = {}  # the `load` each observed capacity was estimated at
 
     # --- what the model knows ------------------------------------------------------------------
     @property
@@ -161,6 +162,20 @@ class CapacityModel:
     def observed(self) -> dict[int, float]:
         """Latest observed capacity per scale-out (a copy)."""
         return dict(self._observed)
+
+    @property
+    def observed_load(self) -> dict[int, float]:
+        """The `load` each observed capacity was estimated at, per scale-out (a copy)."""
+        return dict(self._observed_load)
+
+    def load(self) -> float:
+        """How close to saturation the current layout ran: 1.0 once it measured its capacity saturated, else the
+        busiest current worker's mean CPU since the last rescale over the ceiling. An estimate made at load u
+        extrapolates its samples, and their noise, by 1/u."""
+        if self.saturated_throughput is not None:
+            return 1.0
+        means = self.mean_cpu
+        return min(1.0, max(means.values()) / self.cpu_ceiling) if means else 0.0
 
     @property
     def mean_cpu(self) -> dict[str, float]:
@@ -225,6 +240,7 @@ class CapacityModel:
         self._forget_gone_workers()
         if self.ready:
             self._observed[obs.scaleout] = self.capacity_current()
+            self._observed_load[obs.scaleout] = self.load()
 
     def _learn_saturation(self, obs: Observation, current: np.ndarray) -> None:
         """Adds the job's throughput at the steps since the last rescale whose backlog exceeds `backlog_s` of it,
@@ -341,6 +357,7 @@ class CapacityModel:
             "regressions": {w: reg.to_state() for w, reg in sorted(self._regressions.items())},
             "layout_regressions": {w: reg.to_state() for w, reg in sorted(self._layout.items())},
             "observed": {str(i): c for i, c in sorted(self._observed.items())},
+            "observed_load": {str(i): u for i, u in sorted(self._observed_load.items())},
             "backlog_s": self.backlog_s,
             "saturated": self._saturated.to_state(),
         }
@@ -362,15 +379,20 @@ class CapacityModel:
             # states written before the layout's lines were kept (with only its CPU means) start the layout afresh
             layout = {str(w): OnlineRegression.from_state(s) for w, s in state.get("layout_regressions", {}).items()}
             observed = {int(i): float(c) for i, c in state["observed"].items()}
+            # states written before the loads were kept have none: their observations count as made at idle
+            observed_load = {int(i): float(u) for i, u in state.get("observed_load", {}).items()}
             scaleout = int(state["scaleout"]) if "scaleout" in state else None
         except (TypeError, ValueError, AttributeError) as error:
             raise KnowledgeError(f"CapacityModel state is malformed: {error}") from None
         if any(not math.isfinite(c) or c < 0 for c in observed.values()):
             raise KnowledgeError(f"CapacityModel state: observed capacities must be finite and ≥ 0: {observed}")
+        if any(not 0 <= u <= 1 for u in observed_load.values()) or not set(observed_load) <= set(observed):
+            raise KnowledgeError(f"CapacityModel state: observed loads must be in [0, 1], for observed scale-outs "
+                                 f"only: {observed_load}")
         if any(w not in regressions for w in layout):
             raise KnowledgeError("CapacityModel state: a worker has a layout line but no regression")
         model._workers, model._regressions, model._layout = workers, regressions, layout
-        model._observed, model._scaleout = observed, scaleout
+        model._observed, model._observed_load, model._scaleout = observed, observed_load, scaleout
         model._saturated = saturated
         return model
 

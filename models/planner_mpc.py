@@ -108,7 +108,8 @@ def relative_errors(a: Analysis, minutes: int) -> np.ndarray:
     return np.clip(base * np.sqrt(np.arange(1, minutes + 1)), 0.0, MAX_ERROR)
 
 
-PLAUSIBLE = (0.6, 1.5)  # an observed per-worker capacity outside these × the others' median is not trusted
+PLAUSIBLE = (0.6, 1.5)  # an observed per-worker capacity outside these × the others' median is not trusted …
+TRUSTED_LOAD = 0.5  # … unless it was observed at this load or more: its estimate extrapolates its samples ≤ 2×
 
 
 def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -118,10 +119,13 @@ def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str
     observed scale-out j came out at a ratio r_j = C_j / (j × that mean) below 1, the extrapolations are
     scaled by r interpolated between the observed neighbours (the nearest one's beyond them), never above 1:
     a scale-out that delivered less than predicted is not predicted again at the old value. An observation
-    whose per-worker capacity lies outside `PLAUSIBLE` × the median of all of them is not trusted (a capacity
-    "observed" at a few per cent of CPU is an extrapolation of noise) and is extrapolated instead. Just after a
-    rescale, before any worker capacity is known again, the unknown ones are interpolated per worker between
-    the observed ones.
+    made below `TRUSTED_LOAD` whose per-worker capacity lies outside `PLAUSIBLE` × the median of all of them is
+    not trusted (a capacity "observed" at a few per cent of CPU is an extrapolation of noise) and is extrapolated
+    instead. One observed nearer saturation stands however far it lies from the others: per-worker capacity
+    really does change with the scale-out (a real Flink on two shared cores: 968/s at one TaskManager, 417/s per
+    TaskManager at four), and replacing it by the current layout's extrapolation would size by a capacity never
+    seen. Just after a rescale, before any worker capacity is known again, the unknown ones are interpolated per
+    worker between the observed ones.
     """
     caps = np.asarray(a.capacities, dtype=float)
     caps = np.where(np.isfinite(caps) & (caps > 0), caps, 0.0)
@@ -130,12 +134,15 @@ def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str
     per_worker = caps / index
     notes: list[str] = []
     known = caps > 0
+    loads = np.asarray(a.observed_load, dtype=float) if len(a.observed_load) == caps.size else np.zeros(caps.size)
     if known.any():
         reference = float(np.median(per_worker[known]))
-        odd = observed & ((per_worker < PLAUSIBLE[0] * reference) | (per_worker > PLAUSIBLE[1] * reference))
+        odd = observed & (loads < TRUSTED_LOAD) & (
+            (per_worker < PLAUSIBLE[0] * reference) | (per_worker > PLAUSIBLE[1] * reference))
         for j in index[odd]:
-            notes.append(f"capacity check: C_{j} observed at {caps[j - 1]:,.0f}/s is {per_worker[j - 1]:,.0f}/s per "
-                         f"worker against a median of {reference:,.0f}/s: not trusted, extrapolated instead")
+            notes.append(f"capacity check: C_{j} observed at {caps[j - 1]:,.0f}/s ({100 * loads[j - 1]:.0f} % load) "
+                         f"is {per_worker[j - 1]:,.0f}/s per worker against a median of {reference:,.0f}/s: not "
+                         f"trusted, extrapolated instead")
         if odd.any() and (observed & ~odd).any():
             observed = observed & ~odd
             seen = index[observed]

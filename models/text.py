@@ -52,6 +52,14 @@ def percent(fraction: float | None, *, digits: int = 1, unknown: str = UNKNOWN) 
     return f"{pct:,.{digits}f} %"
 
 
+def capacity_source(observed: bool, load: float | None = None) -> str:
+    """Where a capacity C_i comes from, as dashboards and approvals show it: `estimated`, or `observed at 63 % load`
+    (how near saturation it was observed: the nearer, the less its estimate extrapolates)."""
+    if not observed:
+        return "estimated"
+    return "observed" if load is None or not math.isfinite(load) else f"observed at {100 * load:.0f} % load"
+
+
 def duration(seconds: float | None, *, unknown: str = UNKNOWN) -> str:
     """`0.5 s`, `95 s`, `6 min 12 s`, `2 h 5 min` (seconds up to two minutes, where predicted and observed
     recovery times are compared); `never` for an infinite time (a recovery that never ends)."""

@@ -76,6 +76,8 @@ class Analysis:
     forecast: Forecast
     recovery_times: tuple[float, ...]  # recovery_times[i - 1]: predicted seconds to recover at i
     holds: tuple[str, ...] = ()  # reasons the planner must hold (bad data, quarantine, …)
+    # observed_load[i - 1]: the load (CapacityModel.load) C_i was observed at, 0.0 where C_i is estimated; () = unknown
+    observed_load: tuple[float, ...] = ()
 
     def capacity(self, scaleout: int) -> float:
         return self.capacities[scaleout - 1]

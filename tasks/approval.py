@@ -24,7 +24,7 @@ from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.control import check_scaleout
 from daedalus.models.errors import DaedalusError
-from daedalus.models.text import utc
+from daedalus.models.text import capacity_source, utc
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
@@ -51,6 +51,7 @@ class ApprovalRequest(BaseModel):
     max_scaleout: int
     capacities: list[float]  # C_i for i = 1 … max, tuples/s
     observed: list[bool]  # whether C_i was observed
+    observed_load: list[float] = []  # the load C_i was observed at (Analysis.observed_load); [] in older requests
     recovery_times: list[float | None]  # predicted recovery at i, s (None: never)
     avg_workload: float
     lag: float
@@ -69,6 +70,7 @@ def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec) -> Appr
         job=knowledge.job, proposal=p.id, current=p.current, proposed=p.target,
         min_scaleout=spec.scaleout.min, max_scaleout=spec.scaleout.max,
         capacities=[round(c, 1) for c in a.capacities], observed=list(a.observed),
+        observed_load=[round(u, 3) for u in a.observed_load],
         recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
         avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
         predicted_recovery_s=d.predicted_recovery_s, reasons=list(p.reasons), created=p.created, expires=p.expires,
@@ -102,9 +104,11 @@ def approval_markdown(r: ApprovalRequest) -> str:
         "| scale-out | capacity (tuples/s) | source | predicted recovery (s) |",
         "|---:|---:|---|---:|",
     ]
-    for i, (c, obs, rt) in enumerate(zip(r.capacities, r.observed, r.recovery_times, strict=True), start=1):
+    loads: list[float | None] = list(r.observed_load) or [None] * len(r.capacities)
+    for i, (c, obs, rt, load) in enumerate(zip(r.capacities, r.observed, r.recovery_times, loads, strict=True),
+                                           start=1):
         mark = " ← now" if i == r.current else (" ← proposed" if i == r.proposed else "")
-        lines.append(f"| {i}{mark} | {c:,.0f} | {'observed' if obs else 'estimated'} | "
+        lines.append(f"| {i}{mark} | {c:,.0f} | {capacity_source(obs, load)} | "
                      f"{'never' if rt is None else f'{rt:,.0f}'} |")
     return "\n".join(lines)
 

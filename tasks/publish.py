@@ -11,7 +11,7 @@ import re
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from daedalus.models.text import duration, number, percent
+from daedalus.models.text import capacity_source, duration, number, percent
 from daedalus.models.types import Analysis, Decision, ScalingAction
 
 HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
@@ -25,14 +25,16 @@ def artifact_key(kind: str, job: str) -> str:
 def capacity_rows(a: Analysis, recommended: int | None = None) -> list[dict[str, object]]:
     """One row per scale-out, marked where the job is now and where the plan wants it."""
     rows = []
-    for i, (c, obs, r) in enumerate(zip(a.capacities, a.observed, a.recovery_times, strict=True), start=1):
+    loads = a.observed_load or (None,) * len(a.capacities)
+    for i, (c, obs, r, load) in enumerate(zip(a.capacities, a.observed, a.recovery_times, loads, strict=True),
+                                          start=1):
         marks = [m for m, on in (("now", i == a.scaleout), ("recommended", i == recommended)) if on]
         rows.append({
             "scale-out": i,
             "now / recommended": " and ".join(marks),
             "capacity (tuples/s)": number(c),
             "predicted recovery": duration(r),
-            "capacity from": "observed" if obs else "estimated",
+            "capacity from": capacity_source(obs, load),
         })
     return rows
 

@@ -491,3 +491,33 @@ def test_saturation_survives_the_state_and_old_states_still_load() -> None:
         state.pop(key)
     old = CapacityModel.from_state(state)
     assert old.saturated_throughput is None and old.worker_capacities() == pytest.approx(model.worker_capacities())
+
+
+def test_each_observed_capacity_keeps_the_load_it_was_observed_at() -> None:
+    """The busiest worker's mean CPU since the rescale over the ceiling (a: 0.8), 1.0 once measured saturated."""
+    model = CapacityModel()
+    model.update(two_workers())
+    assert model.load() == pytest.approx(0.8) and model.observed_load == pytest.approx({2: 0.8})
+    half = CapacityModel(cpu_ceiling=0.9)
+    half.update(two_workers())
+    assert half.observed_load == pytest.approx({2: 0.8 / 0.9})
+    model.update(replace(two_workers(start=20.0), lag=np.full(12, 1e6), workload=np.full(12, 1e3)))
+    assert model.saturated_throughput is not None and model.observed_load == {2: 1.0}
+    # one scale-out's load stays with it when the job moves on
+    x = np.full(12, 0.3) + np.arange(12) / 100
+    model.update(observation({"a": 100 * x, "b": 100 * x, "c": 100 * x}, {"a": x, "b": x, "c": x}, 3, start=40.0))
+    assert model.observed_load == pytest.approx({2: 1.0, 3: x.mean()})
+    state = json.loads(json.dumps(model.to_state()))
+    assert CapacityModel.from_state(state).observed_load == model.observed_load
+    state.pop("observed_load")  # written before the loads were kept: observations count as made at idle
+    assert CapacityModel.from_state(state).observed_load == {}
+
+
+@pytest.mark.parametrize("loads", [{"2": 1.5}, {"2": float("nan")}, {"5": 0.5}])
+def test_an_impossible_observed_load_is_a_knowledge_error(loads: dict) -> None:
+    model = CapacityModel()
+    model.update(two_workers())
+    state = json.loads(json.dumps(model.to_state()))
+    state["observed_load"] = loads
+    with pytest.raises(KnowledgeError, match="observed loads"):
+        CapacityModel.from_state(state)

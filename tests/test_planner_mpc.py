@@ -25,11 +25,12 @@ MPC = "daedalus"
 CFG = LoopConfig(max_scaleout=6, scale_in_interval=0, latency_weight=0.0, planner=MPC)  # cost: worker-s alone
 
 
-def analysis(forecast, *, scaleout, avg=None, lag=0.0, caps=CAPS, observed=None, wape=0.01):
+def analysis(forecast, *, scaleout, avg=None, lag=0.0, caps=CAPS, observed=None, wape=0.01, loads=()):
     values = tuple(float(v) for v in forecast)
     return Analysis(now=NOW, scaleout=scaleout, avg_workload=values[0] if avg is None else avg, lag=lag,
                     capacities=tuple(caps), observed=tuple(observed or (True,) * len(caps)),
-                    forecast=Forecast(NOW, values, "arima", wape), recovery_times=(60.0,) * len(caps))
+                    forecast=Forecast(NOW, values, "arima", wape), recovery_times=(60.0,) * len(caps),
+                    observed_load=tuple(loads))
 
 
 def ctx(**kw):
@@ -152,13 +153,34 @@ def test_a_scale_out_below_its_prediction_corrects_the_others():
 
 
 def test_a_capacity_observed_at_idle_is_not_trusted():
-    # C_6 "observed" at 48,000/s (8,000 per worker, against 100,000 for the others): a regression of noise at a
-    # few per cent of CPU. It is extrapolated instead (6 × 100,000).
+    # C_6 "observed" at 48,000/s (8,000 per worker, against 100,000 for the others) at 4 % load: a regression of
+    # noise at a few per cent of CPU. It is extrapolated instead (6 × 100,000).
     caps = (100_000.0, 200_000.0, 300_000.0, 400_000.0, 500_000.0, 48_000.0)
-    a = analysis([500_000] * HORIZON, scaleout=3, caps=caps, observed=(False, False, True, False, False, True))
-    usable, observed, notes = planner_mpc.corrected_capacities(a)
-    assert usable[5] == pytest.approx(600_000) and not observed[5]
-    assert "C_6 observed at 48,000/s is 8,000/s per worker" in notes[0]
+    observed = (False, False, True, False, False, True)
+    for loads in ((0.0, 0.0, 0.7, 0.0, 0.0, 0.04), ()):  # () = an analysis that does not know the loads
+        a = analysis([500_000] * HORIZON, scaleout=3, caps=caps, observed=observed, loads=loads)
+        corrected, seen, notes = planner_mpc.corrected_capacities(a)
+        assert corrected[5] == pytest.approx(600_000) and not seen[5]
+    assert "C_6 observed at 48,000/s (0 % load) is 8,000/s per worker against a median of 100,000/s" in notes[0]
+
+
+def test_a_capacity_observed_near_saturation_stands_however_far_from_the_others():
+    # A real Flink on two shared cores (docs/engines.md): one TaskManager saturated at 968/s, four at 1,669/s
+    # (417/s each); the extrapolations from the four-worker layout give 417/s per worker. C_1 is 2.3 × the median
+    # per-worker capacity, outside the plausible band. Observed at full load it stands: 600/s (band ≤ 600 × 1.045 =
+    # 627/s) fits one worker (usable 0.98 × 968 = 948.6/s), and 4 → 1 is the cheapest schedule. Observed at 30 %
+    # load, it is replaced by 1 × 417.25 (usable 408.9 < 627) and the cheapest is 2 (0.98 × 834.5 = 817.8).
+    caps = (968.0, 834.5, 1_251.75, 1_669.0, 2_086.25, 2_503.5)
+    observed = (True, False, False, True, False, False)
+    a = analysis([600] * HORIZON, scaleout=4, caps=caps, observed=observed, loads=(1.0, 0, 0, 1.0, 0, 0))
+    corrected, seen, notes = planner_mpc.corrected_capacities(a)
+    assert tuple(corrected) == pytest.approx(caps) and tuple(seen) == observed and notes == ()
+    assert (plan(CFG, a, ctx(), NOW).kind, plan(CFG, a, ctx(), NOW).target) == ("scale-in", 1)
+    a = analysis([600] * HORIZON, scaleout=4, caps=caps, observed=observed, loads=(0.3, 0, 0, 1.0, 0, 0))
+    corrected, seen, notes = planner_mpc.corrected_capacities(a)
+    assert corrected[0] == pytest.approx(417.25) and not seen[0]
+    assert notes[0].startswith("capacity check: C_1 observed at 968/s (30 % load) is 968/s per worker")
+    assert plan(CFG, a, ctx(), NOW).target == 2
 
 
 def test_schedules_are_simulated_with_downtime_replay_and_catch_up():

@@ -55,6 +55,9 @@ def test_the_approval_page_shows_the_reasoning():
     assert "| 6 ← proposed | 600,000 | estimated | 150 |" in md
     assert "| 1 | 100,000 | estimated | never |" in md
     assert "[2, 10]" in md and "expires at 2026-01-01 00:10:00 UTC" in md
+    loads = [0.634 if i == 4 else 0.0 for i in range(1, 11)]  # a request with the loads its capacities were seen at
+    md = approval_markdown(_request(observed_load=loads))
+    assert "| 4 ← now | 400,000 | observed at 63 % load | 300 |" in md and "| 1 | 100,000 | estimated | never |" in md
 
 
 def test_the_answer_form_carries_the_jobs_limits():

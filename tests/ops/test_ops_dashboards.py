@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from daedalus.connectors.status import read_status, write_json
@@ -60,7 +62,9 @@ def test_tables_for_people_never_show_inf_and_keep_reasons_short():
                              "capacity from"]
     assert rows[0]["capacity (tuples/s)"] == "110,000" and rows[0]["predicted recovery"] == "never"
     assert [r["now / recommended"] for r in rows] == ["", "now", "recommended"]
-    assert rows[2]["capacity from"] == "estimated"
+    assert [r["capacity from"] for r in rows] == ["observed", "observed", "estimated"]
+    rows = capacity_rows(replace(a, observed_load=(1.0, 0.416, 0.0)))
+    assert [r["capacity from"] for r in rows] == ["observed at 100 % load", "observed at 42 % load", "estimated"]
     assert "WAPE of the previous forecast: < 0.1 %" in forecast_markdown("j", a)
     d = Decision("j-1", T0, "scale-out", 2, 3, ("C_2 below the forecast peak",), float("inf"))
     md = decision_markdown("j", a, d, None, 7)
