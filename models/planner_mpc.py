@@ -234,6 +234,8 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     budget there and leave no backlog at its end. A second switch is simulated from the backlog its first left
     at that time.
     """
+    if not candidates:
+        return []
     bins = inputs.mean.size
     t = np.arange(bins) * BIN_S
     k_robust = min(bins, round(robust_s / BIN_S)) if robust_s else bins
@@ -300,17 +302,18 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
                      float(cost[i]), float(excess[i])) for i, c in enumerate(candidates)]
 
 
-def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
-               scale_in_left: float, pace_left: float = 0.0) -> list[tuple[tuple[float, int], ...]]:
-    """Keep; switch now or at the next loop (wait and see: the next loop has a fresher forecast), or at the
-    earliest loop the guardrails allow; each followed by nothing or by one more switch `rescale_interval`
-    later (no sooner: the planner's pace). A scale-in is never followed by a scale-out. Scale-outs sooner than
-    the pace allows (`pace_left` s from now) are candidates too: `decide` takes one only when nothing else
-    keeps the latency budget."""
+def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float, scale_in_left: float,
+               pace_left: float = 0.0, breach: bool = False) -> list[tuple[tuple[float, int], ...]]:
+    """The schedules that switch (keeping is evaluated apart, first): switch now or at the next loop (wait and
+    see: the next loop has a fresher forecast), or at the earliest loop the guardrails allow; each followed by
+    nothing or by one more switch `rescale_interval` later (no sooner: the planner's pace). A scale-in is never
+    followed by a scale-out. Scale-outs sooner than the pace allows (`pace_left` s from now) are candidates too:
+    `decide` takes one only when nothing else keeps the latency budget. Inside the grace period a scale-out may
+    start now or at the next loop only on a `breach`: keeping would break the SLO itself (`decide`)."""
     step = cfg.loop_interval_s
     lo = cfg.min_scaleout if cfg.max_step is None else max(cfg.min_scaleout, current - cfg.max_step)
     hi = cfg.max_scaleout if cfg.max_step is None else min(cfg.max_scaleout, current + cfg.max_step)
-    out: list[tuple[tuple[float, int], ...]] = [()]
+    out: list[tuple[tuple[float, int], ...]] = []
     for n1 in range(lo, hi + 1):
         if n1 == current:
             continue
@@ -319,7 +322,7 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
             continue
         first = math.ceil(earliest / step - 1e-9) * step
         starts = [0.0, step] if first <= 0 else [first] if first < horizon else []
-        if n1 > current and first > 0:  # inside the grace period: early, for a breach of the SLO only (`decide`)
+        if n1 > current and first > 0 and breach:  # inside the grace period: early
             starts = [0.0, *([step] if step < first else []), *starts]
         paced = math.ceil(pace_left / step - 1e-9) * step
         if n1 > current and paced > first and paced < horizon:
@@ -364,16 +367,16 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     # The band must be kept until a schedule could next act at the planner's pace (and its rescale is over):
     # beyond that a shortfall of the band is met by the next switch, which the candidates include.
     robust_s = min(horizon, cfg.rescale_interval + ROBUST_EXTRA_S)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # capacities near 0 or 1e300: inf, ranked last
-        schedules = evaluate(cfg, inputs, cur, a.lag,
-                             candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left), d_out, d_in,
-                             robust_s)
     settled = last_rescale is not None and last_action is not None and last_rescale >= last_action
-    if grace_left > 0 and (schedules[0].max_latency_s <= cfg.latency_slo or not settled):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # capacities near 0 or 1e300: inf, ranked last
+        [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s)
         # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
         # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
         # and never after an intent that did not reach the target (its grace period keeps it from being redone).
-        schedules = [s for s in schedules if not s.switches or s.switches[0][0] >= grace_left - 1e-9]
+        breach = grace_left > 0 and settled and keep.max_latency_s > cfg.latency_slo
+        schedules = [keep, *evaluate(cfg, inputs, cur, a.lag,
+                                     candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left, breach),
+                                     d_out, d_in, robust_s)]
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
@@ -387,7 +390,6 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         return (total if math.isfinite(total) else math.inf, s.now, s.switches[0][1] if s.switches else cur)
 
     best = min(schedules, key=rank)
-    keep = schedules[0]
     if not best.feasible and not best.now and not keep.feasible:
         # Nothing keeps the budget: waiting for a better moment would only repeat itself loop after loop.
         best = min((s for s in schedules if s.now or s is keep), key=rank)

@@ -251,3 +251,12 @@ def test_the_grace_period_of_an_action_that_never_happened_holds_whatever_the_lo
         d = plan(CFG, over, ctx(last_rescale=last_rescale, last_action=NOW - 60), NOW)
         assert d.kind in ("hold", "no-change") and d.target == 4
         assert not any("inside the grace period" in r for r in d.reasons)
+
+
+def test_a_job_pinned_to_one_scale_out_is_only_kept():
+    # min = max = 3: no schedule switches, so keeping is the only one the planner evaluates, feasible or not.
+    pinned = LoopConfig(min_scaleout=3, max_scaleout=3, scale_in_interval=0, latency_weight=0.0, planner=MPC)
+    assert planner_mpc.candidates(pinned, 3, HORIZON, 0.0, 0.0) == []
+    for load in (150_000, 400_000):  # within 3 workers' usable 294,000/s, and over it
+        d = plan(pinned, analysis([load] * HORIZON, scaleout=3, caps=CAPS[:3]), ctx(), NOW)
+        assert (d.kind, d.target) == ("no-change", 3) and "keep 3: 5,400 worker-s" in " ".join(d.reasons)
