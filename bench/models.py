@@ -30,7 +30,7 @@ HORIZON_S = 900
 STEP_S = 60
 WARMUP_S = 3600
 START = SimConfig().start
-# Periods known by construction (../shared/workloads/README.md): the paper's WordCount sine, two periods in 6 h.
+# Periods known by construction (data/README.md): the paper's WordCount sine, two periods in 6 h.
 KNOWN_SEASONS_S = {"sine_60000_6h": 10_800, "sine_100000_6h": 10_800}
 
 

@@ -1,6 +1,6 @@
 """`daedalus bench retrain` and `daedalus bench validate`: the Spark pipeline on a synthetic fleet, timed.
 
-A lake of N jobs is written first (windows of the multi-day traces in ../shared at random offsets and levels, or
+A lake of N jobs is written first (windows of the multi-day traces shipped in data/ at random offsets and levels, or
 a noisy daily sine when they are absent), unless an existing lake is given. Spark is started before the clock
 starts, so the times are the work alone: retraining (fit, backtest, promotion) on each master asked for, or the
 whole validation suite over the last hours on one master.
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from daedalus.bench.policies import shared_dir
+from daedalus.data import WORKLOADS
 
 BENCH_START = 1_767_225_600  # 2026-01-01T00:00:00Z, the simulator's epoch
 
@@ -27,12 +27,12 @@ def _silent(phase: str, done: int, total: int | None) -> None:
 
 
 def fleet_workloads(jobs: int, seconds: int, seed: int = 0) -> list[np.ndarray]:
-    """Per-second workloads: windows of the multi-day traces (../shared/workloads/multiday, 5 min steps,
+    """Per-second workloads: windows of the multi-day traces (data/workloads/multiday, 5 min steps,
     interpolated) at random offsets and levels with 2 % noise; a daily sine with noise when they are absent."""
     from daedalus.sim.workloads import load_workload
 
     rng = np.random.default_rng(seed)
-    traces = sorted((shared_dir() / "workloads" / "multiday").glob("*_5min.csv"))
+    traces = sorted((WORKLOADS / "multiday").glob("*_5min.csv"))
     loaded = [load_workload(p) for p in traces]
     out = []
     for j in range(jobs):

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from daedalus.bench.policies import CDF_QUANTILES, POLICIES
+from daedalus.bench.catalog import CDF_QUANTILES, POLICIES
 from daedalus.sim.plot import save
 
 

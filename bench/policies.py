@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from daedalus.bench.catalog import CDF_QUANTILES, POLICIES
+from daedalus.data import WORKLOAD_FOLDERS, WORKLOADS
 from daedalus.models.errors import WorkloadError
 from daedalus.models.steps import step_means
 
-POLICIES = ("static", "hpa-80", "hpa-85", "ds2", "daedalus-paper", "daedalus")
 PAPER = ("sine_60000_6h.csv", "sine_100000_6h.csv", "advertising_6h_400K_max.csv", "tm_6h_100K_max.csv")
 RECORDED = ("ads_workrate_1s.out", "cars_workrate_1s.out")
 MULTIDAY_DEFAULT = ("avazu_15min.csv", "taxi_15min.csv", "wiki_en_15min.csv")
 MULTIDAY_HOURS = 6.0
-CDF_QUANTILES = np.linspace(0.0, 100.0, 201)
 MIN_RUN_S = 600  # ten decisions: anything shorter says nothing about a policy
 
 
@@ -49,21 +49,15 @@ class Workload:
         return f"generated: {self.family}, seed {self.seed}" if self.family is not None else str(self.path)
 
 
-def shared_dir() -> Path:
-    """../shared beside the project (where the workload traces live)."""
-    return Path(__file__).resolve().parents[1].parent / "shared"
-
-
-def resolve_workloads(items: Sequence[str], shared: Path | None = None) -> list[Workload]:
+def resolve_workloads(items: Sequence[str], root: Path = WORKLOADS) -> list[Workload]:
     """Workloads named by group (`paper`, `recorded`, `multiday`, `multiday-all`, `families`), by generated family
     (`random-walk`: its seeds; `random-walk-1`: one), by file name or by path.
 
-    A bare file name is looked up in the three folders of ../shared/workloads; a `date,…` trace is compressed to
-    six hours, as the paper does with days of seasonality.
+    A bare file name is looked up in the three folders of the shipped traces (data/workloads); a `date,…` trace is
+    compressed to six hours, as the paper does with days of seasonality.
     """
     from daedalus.bench import families
 
-    root = (shared or shared_dir()) / "workloads"
     out: list[Workload] = []
     for item in items:
         generated = families.parse(item)
@@ -90,7 +84,7 @@ def resolve_workloads(items: Sequence[str], shared: Path | None = None) -> list[
 def _one(item: str, root: Path) -> Workload:
     path = Path(item)
     if not path.exists():
-        for group in ("paper", "recorded", "multiday"):
+        for group in WORKLOAD_FOLDERS:
             if (root / group / item).exists():
                 path = root / group / item
                 break
@@ -133,7 +127,7 @@ class Case:
 def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float,
              loop_overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One simulated run, scored, with the series the figures need (a process-pool task)."""
-    from daedalus.models import policies
+    from daedalus.models.planning import policies
     from daedalus.sim.report import score
     from daedalus.sim.runner import run
     from daedalus.sim.scenario import scenario
@@ -363,8 +357,8 @@ def run_benchmark(
 
     `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none)."""
     from daedalus.bench.plot import plot_pareto, plot_workload
-    from daedalus.models import policies as registry
     from daedalus.models.config import LoopConfig
+    from daedalus.models.planning import policies as registry
     from daedalus.sim.report import SLO_S
     from daedalus.sim.simulator import SimConfig
 

@@ -19,7 +19,7 @@ from daedalus.models.errors import DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
 WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families), generated families (random-walk, "
-                  "spikes, level-shifts, noisy-diurnal; with -N: one seed), file names in ../shared/workloads or "
+                  "spikes, level-shifts, noisy-diurnal; with -N: one seed), file names in data/workloads or "
                   "paths; repeat the option or separate with commas")
 
 
@@ -213,7 +213,8 @@ def policies(
     scale_in_interval: ScaleInInterval = None,
 ) -> None:
     """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
-    from daedalus.bench.policies import POLICIES, resolve_workloads, run_benchmark
+    from daedalus.bench.catalog import POLICIES
+    from daedalus.bench.policies import resolve_workloads, run_benchmark
 
     try:
         chosen = resolve_workloads(_split(workloads, DEFAULT_WORKLOADS))

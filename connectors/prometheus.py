@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import requests
@@ -41,8 +41,25 @@ from daedalus.connectors.settings import BlockName, Duration, EnvName, Strict, i
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation
 
-if TYPE_CHECKING:  # the jobs file composes this connector's settings; only its type is needed here
-    from daedalus.connectors.jobs import JobSpec
+
+class JobSpec(Protocol):
+    """What a Prometheus source reads of its jobs-file entry (`connectors.jobs.JobSpec`, which composes this
+    module's settings: naming the class here would put the two modules in a circle)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def prometheus(self) -> PrometheusSettings | None: ...
+    @property
+    def selector(self) -> dict[str, str]: ...
+    @property
+    def source(self) -> dict[str, str]: ...
+    @property
+    def queries(self) -> dict[str, str]: ...
+    @property
+    def worker_label(self) -> str: ...
 
 FIRST_WINDOW_S = 600.0  # with no previous loop, look back this far (as the simulator does)
 RETRY_STATUS = (429, 500, 502, 503, 504)

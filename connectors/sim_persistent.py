@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 from pydantic import Field
@@ -38,8 +38,28 @@ from daedalus.sim.scenario import scenario
 from daedalus.sim.simulator import Simulator
 from daedalus.sim.workloads import load_workload, sine_workload
 
-if TYPE_CHECKING:  # the jobs file composes this connector's settings; only its type is needed here
-    from daedalus.connectors.jobs import JobSpec
+
+class _Limits(Protocol):
+    @property
+    def min(self) -> int: ...
+    @property
+    def max(self) -> int: ...
+
+
+class JobSpec(Protocol):
+    """What the simulated job reads of its jobs-file entry (`connectors.jobs.JobSpec`, which composes this
+    module's settings: naming the class here would put the two modules in a circle)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def scaleout(self) -> _Limits: ...
+    @property
+    def checkpoint_interval(self) -> float: ...
+    @property
+    def partitions(self) -> int | None: ...
+    @property
+    def sim(self) -> SimSettings | None: ...
 
 FORMAT = 1
 HISTORY_S = 600  # seconds of history kept: a first loop observes 600 s, later ones the minutes since the last

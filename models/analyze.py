@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 
-from daedalus.models.anomaly import downtime_s, learn_normal, total_throughput, track_recovery
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.recovery import recovery_times
+from daedalus.models.recovery.anomaly import downtime_s, learn_normal, total_throughput, track_recovery
 from daedalus.models.types import Analysis, Observation
 from daedalus.models.validation import validate_observation
 
@@ -24,7 +24,7 @@ NOISE_FLOOR = 0.01  # residuals within 1 % of the workload are noise, whatever t
 
 
 def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recovery_s: float) -> float | None:
-    """Learn normal workload − throughput, or follow a rescale until recovered (``daedalus.models.anomaly``).
+    """Learn normal workload − throughput, or follow a rescale until recovered (``daedalus.models.recovery.anomaly``).
 
     Returns the observed recovery time when this observation ends a recovery.
     """

@@ -24,7 +24,7 @@ class LoopConfig:
     target_recovery_time: float = 600.0  # recovery-time target (paper: 600 s)
     recent_rescale_s: float = 600.0  # Algorithm 1 line 1: "within 600 s of the last rescale"
     # No new action within 180 s of the previous one; the model-predictive planner's one exception is a scale-out
-    # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planner_mpc.py).
+    # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planning/mpc.py).
     grace_s: float = 180.0
     # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
     # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off.
@@ -40,7 +40,7 @@ class LoopConfig:
     mode: Mode = "auto"
     approval_timeout: float = 600.0  # an unanswered approval expires after this
     # Which planner decides inside the guardrails: "daedalus" plans over the forecast horizon (model-predictive,
-    # models/planner_mpc.py), the default: on the benchmark (docs/benchmark-results.md) it keeps the 60 s latency SLO
+    # models/planning/mpc.py), the default: on the benchmark (docs/benchmark-results.md) it keeps the 60 s latency SLO
     # on 19 of 21 workloads where the paper's planner keeps it on 12. "daedalus-paper" is the paper's Algorithm 1,
     # greedy minute by minute, kept so the difference stays measurable.
     planner: Planner = "daedalus"

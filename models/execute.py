@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from daedalus.models.anomaly import RecoveryTracker
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge, Proposal, RecoveryWatch
 from daedalus.models.ports import Scaler
+from daedalus.models.recovery import RecoveryTracker
 from daedalus.models.text import utc
 from daedalus.models.types import Decision, LedgerEntry, ScalingAction
 

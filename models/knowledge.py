@@ -10,12 +10,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast import Forecaster
-from daedalus.models.recovery import DowntimeEstimates
+from daedalus.models.recovery import AnomalyDetector, DowntimeEstimates, RecoveryTracker
 from daedalus.models.types import LedgerEntry
 
 SCHEMA_VERSION = 1

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from daedalus.models import analyze as analysis
-from daedalus.models import planner
 from daedalus.models.config import LoopConfig
 from daedalus.models.control import ControlMessage, apply_messages
 from daedalus.models.errors import ConnectorError
 from daedalus.models.execute import Journal, execute, reconcile
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.planning import planner
 from daedalus.models.ports import MetricsSource, Target
 from daedalus.models.text import utc
 from daedalus.models.types import Analysis, Decision, Observation, ScalingAction

@@ -8,7 +8,7 @@ persist a statistic as a ``dict[str, float]``, without pickle.
 
 Non-finite inputs are rejected with a ``ValueError``: a single NaN folded into a running sum would
 poison the statistic for good. Callers filter missing metrics before updating. Statistics compose by holding:
-``RunningVariance`` holds a ``RunningMean``, ``daedalus.models.regression.OnlineRegression`` two
+``RunningVariance`` holds a ``RunningMean``, ``daedalus.models.capacity.regression.OnlineRegression`` two
 ``RunningVariance``.
 
 References

@@ -20,10 +20,10 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.inbox import Inbox
-from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
 from daedalus.models.errors import ValidationError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
+from daedalus.models.recovery.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
 from daedalus.tasks.publish import artifact_key
 
 BASELINE_S = 600.0  # window before the rescale to learn normal operation from, when the knowledge has none
@@ -64,7 +64,7 @@ def follow(target: Target, decision: str, rescale_time: float, predicted_recover
            sleep: Callable[[float], None] = time.sleep) -> Recovery:
     """Poll the job's metrics from the rescale on until recovery, or until `timeout_s` passed (job clock or wall).
 
-    Only the polling is here: what recovery and downtime are is `daedalus.models.anomaly`'s, as in the loop.
+    Only the polling is here: what recovery and downtime are is `daedalus.models.recovery.anomaly`'s, as in the loop.
     """
     tracker = RecoveryTracker(rescale_time, detector)
     since, restart = rescale_time - 1.0, None

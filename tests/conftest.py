@@ -1,4 +1,4 @@
-"""Shared fixtures: the locations of ../shared and one Prefect test harness per session."""
+"""Shared fixtures: the shipped data (data/) and one Prefect test harness per session."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from daedalus.data import DATA
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -29,14 +31,10 @@ def _remove_settings_dir(pid: int = os.getpid()) -> None:
 
 os.environ["DAEDALUS_SETTINGS"] = os.path.join(_SETTINGS_DIR, "settings.toml")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-
-
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    if not (SHARED / "workloads").is_dir():
-        pytest.skip(f"../shared (workload traces and recorded metrics) is not next to the repository: {SHARED}")
-    return SHARED
+def data_dir() -> Path:
+    """The traces and recorded metrics that ship with the project (data/)."""
+    return DATA
 
 
 @pytest.fixture(scope="session")

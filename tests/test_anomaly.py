@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from daedalus.models.anomaly import AnomalyDetector, RecoveryTracker, observed_recovery_time
+from daedalus.data import METRICS
 from daedalus.models.errors import KnowledgeError
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-METRICS = SHARED / "metrics"
+from daedalus.models.recovery import AnomalyDetector, RecoveryTracker, observed_recovery_time
 
 
 def read_series(name: str) -> pd.Series:
     """A one-series Prometheus export (BOM, quoted "Time" header), indexed by epoch seconds."""
     path = METRICS / f"{name}.csv"
-    if not path.exists():
-        pytest.skip(f"recorded metrics not found: {path} (the shared data folder sits next to the project)")
     frame = pd.read_csv(path, encoding="utf-8-sig")
     index = pd.to_datetime(frame["Time"]).astype("int64").to_numpy() / 1e9
     return pd.Series(frame.iloc[:, 1].to_numpy(dtype=float), index=index, name=name)

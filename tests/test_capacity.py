@@ -1,28 +1,23 @@
-"""CapacityModel: hand-computed cases and the recorded Flink metrics in ../shared/metrics."""
+"""CapacityModel: hand-computed cases and the recorded Flink metrics in data/metrics."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from daedalus.data import METRICS
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.types import Observation
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-METRICS = SHARED / "metrics"
 
 
 def read_metrics(name: str) -> pd.DataFrame:
     """A Prometheus export: a BOM-prefixed, quoted "Time" column and one column per pod."""
     path = METRICS / f"{name}.csv"
-    if not path.exists():
-        pytest.skip(f"recorded metrics not found: {path} (the shared data folder sits next to the project)")
     frame = pd.read_csv(path, encoding="utf-8-sig")
     frame["Time"] = pd.to_datetime(frame["Time"])
     return frame.set_index("Time")
@@ -399,7 +394,7 @@ def test_misaligned_worker_series_are_rejected() -> None:
 
 def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
     """Deployment pods get new names at every restart: the state must not grow with the job's age."""
-    from daedalus.models.capacity import KEPT_WORKERS
+    from daedalus.models.capacity.model import KEPT_WORKERS
 
     model = CapacityModel(warmup_s=0.0)
     x = np.linspace(0.2, 0.8, 30)

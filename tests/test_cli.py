@@ -17,9 +17,9 @@ def simulate(*args: str):
     return runner.invoke(app, ["simulate", *args])
 
 
-def test_static_policy_pays_for_the_maximum_all_the_time(shared, tmp_path):
+def test_static_policy_pays_for_the_maximum_all_the_time(data_dir, tmp_path):
     out = tmp_path / "static.json"
-    res = simulate("--workload", str(shared / "workloads/paper/sine_60000_6h.csv"), "--policy", "static",
+    res = simulate("--workload", str(data_dir / "workloads/paper/sine_60000_6h.csv"), "--policy", "static",
                    "--hours", "0.5", "--json", str(out))
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
@@ -33,9 +33,9 @@ def test_static_policy_pays_for_the_maximum_all_the_time(shared, tmp_path):
     assert report["seconds_over_slo"] == 0 and report["slo_s"] == 60
 
 
-def test_daedalus_policy_scales_in_from_the_maximum(shared, tmp_path):
+def test_daedalus_policy_scales_in_from_the_maximum(data_dir, tmp_path):
     out = tmp_path / "d.json"
-    res = simulate("--workload", str(shared / "workloads/paper/tm_6h_100K_max.csv"), "--policy", "daedalus",
+    res = simulate("--workload", str(data_dir / "workloads/paper/tm_6h_100K_max.csv"), "--policy", "daedalus",
                    "--hours", "1", "--json", str(out))
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
@@ -44,8 +44,8 @@ def test_daedalus_policy_scales_in_from_the_maximum(shared, tmp_path):
     assert set(report["loop_ms"]) == {"median", "p95", "first_hour_median", "last_hour_median"}
 
 
-def test_unknown_policy_lists_the_known_ones(shared, tmp_path):
-    res = simulate("--workload", str(shared / "workloads/paper/sine_60000_6h.csv"), "--policy", "magic",
+def test_unknown_policy_lists_the_known_ones(data_dir, tmp_path):
+    res = simulate("--workload", str(data_dir / "workloads/paper/sine_60000_6h.csv"), "--policy", "magic",
                    "--json", str(tmp_path / "x.json"))
     assert res.exit_code == 1
     assert "no policy 'magic'; known: daedalus, daedalus-paper, static" in res.output.replace("\n", " ")

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from daedalus.data import WORKLOADS
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast import WAPE_HISTORY_LEN, Forecaster, wape
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-PAPER = SHARED / "workloads" / "paper"
+PAPER = WORKLOADS / "paper"
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CHUNK = 60
 PAPER_RULE = {"select": False, "horizon_s": 900}  # the paper's forecaster: ARIMA or the line, 15 minutes
@@ -26,8 +25,6 @@ PAPER_RULE = {"select": False, "horizon_s": 900}  # the paper's forecaster: ARIM
 
 def _trace(name: str) -> tuple[np.ndarray, np.ndarray]:
     path = PAPER / name
-    if not path.exists():
-        pytest.skip(f"workload trace {path} is absent (the shared tree /work/shared is not mounted)")
     pd = pytest.importorskip("pandas")
     df = pd.read_csv(path, sep="|")
     return T0 + df.iloc[:, 0].to_numpy(dtype=float), df.iloc[:, 1].to_numpy(dtype=float)
@@ -371,7 +368,7 @@ def test_a_constant_workload_is_forecast_exactly_after_the_first_fit(settings) -
 
 
 def test_each_method_is_scored_per_minute_of_lead() -> None:
-    from daedalus.models.forecast_select import MethodRecord
+    from daedalus.models.forecast.select import MethodRecord
 
     record = MethodRecord(horizon_minutes=3, score_every=1, min_scores=1, decay=0.5)
     # Forecast at 00:01:00 for minutes 1, 2 and 3: last-value says 100, linear 110, 120, 130.
@@ -387,7 +384,7 @@ def test_each_method_is_scored_per_minute_of_lead() -> None:
 
 
 def test_methods_are_combined_by_the_inverse_square_of_their_recent_wape() -> None:
-    from daedalus.models.forecast_select import MethodRecord
+    from daedalus.models.forecast.select import MethodRecord
 
     record = MethodRecord(horizon_minutes=2, min_scores=1)
     for method, wape_ in (("last-value", 0.1), ("linear", 0.2)):

@@ -13,17 +13,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
+ROOMS = ("data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
 MAY_IMPORT = {  # ARCHITECTURE.md, "The house"
+    "data": set(),
     "models": set(),
-    "sim": {"models"},
+    "sim": {"models", "data"},
     "connectors": {"models", "sim"},
     "tasks": {"models", "connectors"},
     "flows": {"tasks", "models", "connectors"},
     "deployments": {"models", "connectors", "flows"},
     "runtime": {"models", "connectors", "tasks", "flows"},
-    "bench": {"models", "sim", "connectors", "tasks", "flows", "deployments", "runtime"},
-    "cli": {"models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench"},
+    "bench": {"data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime"},
+    "cli": {"data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench"},
 }
 # models/ is pure: numpy, pandas, pmdarima and friends, never Prefect, I/O or the wall clock.
 MODELS_FORBIDDEN = {"prefect", "fsspec", "requests", "httpx", "kubernetes", "pyspark", "prometheus_api_client",
@@ -107,3 +108,79 @@ def test_the_rules_can_fail() -> None:
         assert any(n == "prefect" for _, n in _imports(bad))
     finally:
         bad.unlink()
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["daedalus", *parts])
+
+
+def _file_edges() -> dict[str, dict[str, int]]:
+    """Module → the first-party modules it imports (an `from a.b import c` names a.b.c where c is a module)."""
+    paths = {_module_name(p): p for ps in _modules().values() for p in ps}
+    edges: dict[str, dict[str, int]] = {}
+    for name, path in paths.items():
+        out: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                           for a in node.names]
+            for target in targets:
+                if target in paths and target != name:
+                    out.setdefault(target, node.lineno)
+        edges[name] = out
+    return edges
+
+
+def _circles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_circles_between_files() -> None:
+    """A module never imports, however indirectly, a module that imports it (type-only imports count too)."""
+    circles = _circles(_file_edges())
+    assert not circles, "modules in a circle (move the shared piece where both can import it):\n" + "\n".join(
+        " ↔ ".join(c) for c in circles)
+
+
+def test_the_circle_check_can_fail() -> None:
+    edges = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
+    assert _circles(edges) == [["a", "b", "c"]]
+    assert _circles({"a": {"b": 1}, "b": {}}) == []

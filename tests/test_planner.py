@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daedalus.models.config import LoopConfig
-from daedalus.models.planner import PlanContext, plan
+from daedalus.models.planning import PlanContext, plan
 from daedalus.models.types import Analysis, Forecast
 
 NOW = 10_000.0

@@ -1,4 +1,4 @@
-"""The model-predictive planner (`daedalus`, models/planner_mpc.py) on hand-computed cases.
+"""The model-predictive planner (`daedalus`, models/planning/mpc.py) on hand-computed cases.
 
 Capacities are C_i = 100,000·i tuples/s, all observed, so the usable capacity is 98,000·i (the 2 % margin); the
 rescale downtime is 30 s out and 15 s in, a checkpoint every 10 s. The forecast's error is given as its previous
@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from daedalus.models import planner_mpc
 from daedalus.models.config import LoopConfig
-from daedalus.models.planner import PlanContext, plan
+from daedalus.models.planning import PlanContext, plan
+from daedalus.models.planning import mpc as planner_mpc
 from daedalus.models.types import Analysis, Forecast
 
 NOW = 100_000.0

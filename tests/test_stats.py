@@ -10,20 +10,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from daedalus.models import (
-    anomaly,
-    anomaly_detector,
-    capacity,
-    forecast_fallback,
-    forecast_window,
-    regression,
-    state,
-    stats,
-    steps,
-    wape,
-)
+from daedalus.models import state, stats, steps
+from daedalus.models.capacity import OnlineRegression, regression
+from daedalus.models.capacity import model as capacity
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.regression import OnlineRegression
+from daedalus.models.forecast import fallback as forecast_fallback
+from daedalus.models.forecast import score as wape
+from daedalus.models.forecast import window as forecast_window
+from daedalus.models.recovery import anomaly
+from daedalus.models.recovery import detector as anomaly_detector
 from daedalus.models.stats import RunningMean, RunningVariance
 
 RTOL = 1e-9

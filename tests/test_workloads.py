@@ -7,16 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from daedalus.data import WORKLOADS
 from daedalus.models.errors import WorkloadError
 from daedalus.sim.workloads import load_workload, rescale_to_peak, sine_workload
 
 
 @pytest.fixture(scope="module")
 def workloads() -> Path:
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "workloads"
-    if not shared.is_dir():
-        pytest.skip(f"the shared workload traces are not here: {shared} is absent")
-    return shared
+    return WORKLOADS
 
 
 def write(tmp_path: Path, text: str, name: str = "trace.csv") -> Path:

@@ -36,13 +36,14 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
+ROOMS = ("data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
 EXAMPLE_JOBS = ROOT / "docs" / "examples" / "jobs.yaml"
 API_PAGES = {  # page → (room, title, intro)
     "reference/models.md": ("models", "Python API: `daedalus.models`",
                             "The mathematics, pure and deterministic: no Prefect, no I/O, no wall clock. Every "
-                            "module of `models/` and `models/policies/`, from its source; open *Source code* "
-                            "under an entry to read the implementation."),
+                            "module of `models/` and of its sub-rooms named for the paper's parts (`capacity/`, "
+                            "`forecast/`, `recovery/`, `planning/` with the policies), from its source; open "
+                            "*Source code* under an entry to read the implementation."),
     "reference/flows.md": ("flows", "Python API: `daedalus.flows`",
                            "The Prefect flows: the control loop, approval and manual scaling, the background flows "
                            "started by events, the periodic pipeline flows and the dashboard."),

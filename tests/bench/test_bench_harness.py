@@ -85,15 +85,16 @@ def test_bad_workload_files_are_named_with_their_line(tmp_path, content, message
 
 def test_unknown_workload_name_lists_the_groups(tmp_path):
     with pytest.raises(WorkloadError, match="groups: paper, recorded, multiday, multiday-all, families"):
-        resolve_workloads(["no_such_trace.csv"], shared=tmp_path)
+        resolve_workloads(["no_such_trace.csv"], root=tmp_path)
 
 
-def test_groups_resolve_to_the_shared_traces(shared):
-    chosen = resolve_workloads(["paper", "recorded", "multiday"], shared=shared)
+def test_groups_resolve_to_the_shipped_traces(data_dir):
+    chosen = resolve_workloads(["paper", "recorded", "multiday"], root=data_dir / "workloads")
     assert [w.group for w in chosen] == ["paper"] * 4 + ["recorded"] * 2 + ["multiday"] * 3
     assert all(w.path.is_file() for w in chosen)
     assert all(w.hours == 6.0 for w in chosen if w.group == "multiday")
-    assert resolve_workloads(["taxi_1h.csv"], shared=shared)[0].hours == 6.0  # date,… traces are compressed
+    # date,… traces are compressed
+    assert resolve_workloads(["taxi_1h.csv"], root=data_dir / "workloads")[0].hours == 6.0
 
 
 def test_loop_bench_keys():

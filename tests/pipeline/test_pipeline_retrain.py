@@ -1,4 +1,4 @@
-"""Fleet retraining on real Spark (local): jobs built from ../shared/workloads/multiday traces are retrained,
+"""Fleet retraining on real Spark (local): jobs built from data/workloads/multiday traces are retrained,
 backtested against their current models, and only the improved models are promoted."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ HOURS = 3
 UNTIL = T0 + HOURS * 3600
 
 
-def _trace(shared, name: str, level: float, seed: int) -> np.ndarray:
+def _trace(data_dir, name: str, level: float, seed: int) -> np.ndarray:
     from daedalus.sim.workloads import load_workload
 
-    y = load_workload(shared / "workloads" / "multiday" / f"{name}_5min.csv")
+    y = load_workload(data_dir / "workloads" / "multiday" / f"{name}_5min.csv")
     window = y[86_400:86_400 + HOURS * 3600] / y.mean() * level
     return window * (1 + np.random.default_rng(seed).normal(0, 0.02, window.size))
 
@@ -48,11 +48,12 @@ def _save(store: KnowledgeStore, job: str, forecaster: Forecaster) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(shared, tmp_path_factory):
+def fleet(data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet")
     lake, store = Lake(str(root / "lake")), KnowledgeStore(str(root / "store"))
-    workloads = {"zero-model": _trace(shared, "wiki_en", 80_000, 1), "same-model": _trace(shared, "taxi", 50_000, 2),
-                 "no-model": _trace(shared, "IoT", 120_000, 3), "malformed": _trace(shared, "google", 60_000, 4)}
+    workloads = {"zero-model": _trace(data_dir, "wiki_en", 80_000, 1),
+                 "same-model": _trace(data_dir, "taxi", 50_000, 2),
+                 "no-model": _trace(data_dir, "IoT", 120_000, 3), "malformed": _trace(data_dir, "google", 60_000, 4)}
     for job, workload in workloads.items():
         columns = rows(job, workload.size, workload=workload)
         if job == "malformed":

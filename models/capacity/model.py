@@ -1,7 +1,7 @@
 """Capacity: how many tuples per second can the job process, at each scale-out?
 
 Per worker, an online simple linear regression of throughput (y) on CPU utilization (x) —
-Welford co-moments, exact, no stored samples (``daedalus.models.regression.OnlineRegression``). Under data skew
+Welford co-moments, exact, no stored samples (``daedalus.models.capacity.regression.OnlineRegression``). Under data skew
 the workers do not reach full CPU together: the hot worker saturates first and the others stay
 proportional to it. So worker w's expected maximum CPU is
 
@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
+from daedalus.models.capacity.regression import OnlineRegression
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.regression import OnlineRegression
 from daedalus.models.state import require_keys
 from daedalus.models.stats import RunningMean
 from daedalus.models.types import Observation

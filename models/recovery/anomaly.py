@@ -3,7 +3,7 @@
 The series watched is the residual r = workload − throughput (tuples/s). In normal operation it
 hovers around a small mean; during the downtime of a rescale it jumps to the whole workload, and
 while the job catches up on its backlog it turns strongly negative. The ``AnomalyDetector``
-(``daedalus.models.anomaly_detector``) learns r in normal operation and calls a point anomalous when it
+(``daedalus.models.recovery.detector``) learns r in normal operation and calls a point anomalous when it
 lies more than one standard deviation from the mean (k = 1). After a rescale, recovery has ended when the
 series is normal again: here, at the first of ``consecutive`` normal points in a row (one normal
 point can be a crossing of the mean on the way from the downtime spike to the catch-up dip).
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from daedalus.models.anomaly_detector import AnomalyDetector
 from daedalus.models.errors import KnowledgeError
+from daedalus.models.recovery.detector import AnomalyDetector
 from daedalus.models.state import number, numbers
 from daedalus.models.types import Observation
 

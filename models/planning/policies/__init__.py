@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from daedalus.models.config import LoopConfig
-from daedalus.models.policies.base import Baseline, Policy, Static, Step
-from daedalus.models.policies.daedalus import Daedalus
-from daedalus.models.policies.ds2 import DS2
-from daedalus.models.policies.hpa import HPA
+from daedalus.models.planning.policies.base import Baseline, Policy, Static, Step
+from daedalus.models.planning.policies.daedalus import Daedalus
+from daedalus.models.planning.policies.ds2 import DS2
+from daedalus.models.planning.policies.hpa import HPA
 
 __all__ = ["DS2", "HPA", "Baseline", "Daedalus", "Policy", "Static", "Step", "make", "names"]
 

@@ -2,7 +2,7 @@
 
 Two planners decide inside the same guardrails, chosen by `LoopConfig.planner`:
 
-- `daedalus` (the default): model-predictive control over the forecast horizon (`daedalus.models.planner_mpc`);
+- `daedalus` (the default): model-predictive control over the forecast horizon (`daedalus.models.planning.mpc`);
 - `daedalus-paper`: the paper's Algorithm 1, unchanged (`algorithm_1` below).
 
 Algorithm 1, as ARCHITECTURE.md states it:
@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from daedalus.models import planner_mpc
 from daedalus.models.config import LoopConfig
+from daedalus.models.planning import mpc as planner_mpc
 from daedalus.models.text import duration
 from daedalus.models.types import Analysis, Decision
 

@@ -2,7 +2,7 @@
 
 Daedalus keeps Welford's running mean and variance of the residual r = workload − throughput learned in normal
 operation, and calls a point anomalous when it lies more than k = 1 standard deviation from the mean. After a
-rescale, ``daedalus.models.anomaly`` uses it to find the end of recovery.
+rescale, ``daedalus.models.recovery.anomaly`` uses it to find the end of recovery.
 
 References
 ----------

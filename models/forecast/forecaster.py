@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from daedalus.models import forecast_state
-from daedalus.models.forecast_arima import ArimaModel
-from daedalus.models.forecast_fallback import LinearFallback
-from daedalus.models.forecast_select import IntervalForecast, MethodRecord
-from daedalus.models.forecast_state import STATE_VERSION
-from daedalus.models.forecast_window import StepWindow
+from daedalus.models.forecast import state as forecast_state
+from daedalus.models.forecast.arima import ArimaModel
+from daedalus.models.forecast.fallback import LinearFallback
+from daedalus.models.forecast.score import WAPE_HISTORY_LEN, ForecastScore, wape
+from daedalus.models.forecast.select import IntervalForecast, MethodRecord
+from daedalus.models.forecast.state import STATE_VERSION
+from daedalus.models.forecast.window import StepWindow
 from daedalus.models.types import Forecast
-from daedalus.models.wape import WAPE_HISTORY_LEN, ForecastScore, wape
 
 __all__ = ["STATE_VERSION", "WAPE_HISTORY_LEN", "Forecaster", "wape"]
 

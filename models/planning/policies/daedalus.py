@@ -12,7 +12,7 @@ from dataclasses import replace
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, Iteration, iterate
-from daedalus.models.policies.base import Step
+from daedalus.models.planning.policies.base import Step
 from daedalus.models.ports import Target
 
 

@@ -10,24 +10,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.forecast_arima import SPEC_KEYS, ArimaModel
-from daedalus.models.forecast_select import MethodRecord
-from daedalus.models.wape import Pending
+from daedalus.models.forecast.arima import SPEC_KEYS, ArimaModel
+from daedalus.models.forecast.fallback import LinearFallback
+from daedalus.models.forecast.score import ForecastScore, Pending
+from daedalus.models.forecast.select import MethodRecord
+from daedalus.models.forecast.window import StepWindow
 
-if TYPE_CHECKING:
-    from daedalus.models.forecast import Forecaster
+__all__ = ["STATE_VERSION", "ForecasterParts", "decode", "encode"]
 
-__all__ = ["STATE_VERSION", "decode", "encode"]
+
+class ForecasterParts(Protocol):
+    """What the state holds of a forecaster: its parts, not the class (which imports this module)."""
+
+    step_window: StepWindow
+    score: ForecastScore
+    model: ArimaModel | None
+    fallback: LinearFallback
+    record: MethodRecord
+    fit_error: str | None
+    fit_failed_at_steps: int | None
+
+    def config(self) -> dict[str, Any]: ...
+
+
+F = TypeVar("F", bound=ForecasterParts)
 
 STATE_VERSION = 2  # 2: the methods' record (forecast_select); a version-1 state is read with an empty record
 
 
-def encode(f: Forecaster) -> dict[str, Any]:
+def encode(f: ForecasterParts) -> dict[str, Any]:
     """Plain, strictly JSON-serialisable state (`json.dumps(state, allow_nan=False)` works)."""
     window, score, m = f.step_window, f.score, f.model
     model = None
@@ -68,7 +84,7 @@ def encode(f: Forecaster) -> dict[str, Any]:
     }
 
 
-def decode(cls: type[Forecaster], state: Mapping[str, Any]) -> Forecaster:
+def decode(cls: type[F], state: Mapping[str, Any]) -> F:
     """Rebuild a working forecaster from `encode`'s state; a corrupt or unknown state is a KnowledgeError."""
     try:
         version = state["version"]

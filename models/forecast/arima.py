@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from daedalus.models.forecast_window import StepWindow
+from daedalus.models.forecast.window import StepWindow
 
 __all__ = ["SPEC_KEYS", "ArimaModel", "auto_arima"]
 

@@ -1,0 +1,8 @@
+"""What the policy benchmark runs and reports, read by the runner (policies.py) and the plots (plot.py) alike."""
+
+from __future__ import annotations
+
+import numpy as np
+
+POLICIES = ("static", "hpa-80", "hpa-85", "ds2", "daedalus-paper", "daedalus")  # in the order tables list them
+CDF_QUANTILES = np.linspace(0.0, 100.0, 201)  # the latency CDF's points, in per cent
