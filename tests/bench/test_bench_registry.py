@@ -9,14 +9,17 @@ from daedalus.cli.main import app
 from daedalus.models.planning import policies
 from daedalus.models.planning.policies.daedalus import Daedalus
 from daedalus.models.planning.policies.ds2 import DS2
+from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler
 from daedalus.models.planning.policies.hpa import HPA
 
 
 def test_names_and_instances():
-    assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "daedalus", "daedalus-paper"}
+    assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "daedalus",
+                                     "daedalus-paper"}
     hpa = policies.make("hpa-85", 12)
     assert isinstance(hpa, HPA) and hpa.target_utilization == 0.85 and hpa.name == "hpa-85"
     assert isinstance(policies.make("ds2", 12), DS2)
+    assert isinstance(policies.make("flink-autoscaler", 12), FlinkAutoscaler)
     daedalus = policies.make("daedalus", 12)
     assert isinstance(daedalus, Daedalus) and daedalus.name == "daedalus"
     assert daedalus.config.max_scaleout == 12  # the LoopConfig defaults up to the job's maximum
@@ -26,7 +29,7 @@ def test_names_and_instances():
 
 
 def test_unknown_policy_lists_the_known_ones():
-    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2"
+    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler"
     with pytest.raises(ValueError, match=rf"no policy 'hpa-90'; known: {known}"):
         policies.make("hpa-90", 12)
 
@@ -34,8 +37,8 @@ def test_unknown_policy_lists_the_known_ones():
 def test_bench_cli_rejects_an_unknown_policy(short_trace):
     result = CliRunner().invoke(app, ["bench", "policies", "--workloads", str(short_trace), "--policy", "static,k8s"])
     assert result.exit_code == 1
-    assert "no policy 'k8s'; known: daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2" in " ".join(
-        result.output.split())
+    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler"
+    assert f"no policy 'k8s'; known: {known}" in " ".join(result.output.split())
 
 
 def test_simulate_runs_a_baseline(short_trace, tmp_path):

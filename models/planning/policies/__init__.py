@@ -8,13 +8,14 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.planning.policies.base import Baseline, Policy, Static, Step
 from daedalus.models.planning.policies.daedalus import Daedalus
 from daedalus.models.planning.policies.ds2 import DS2
+from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler
 from daedalus.models.planning.policies.hpa import HPA
 
-__all__ = ["DS2", "HPA", "Baseline", "Daedalus", "Policy", "Static", "Step", "make", "names"]
+__all__ = ["DS2", "HPA", "Baseline", "Daedalus", "FlinkAutoscaler", "Policy", "Static", "Step", "make", "names"]
 
 
 def names() -> tuple[str, ...]:
-    return ("daedalus", "daedalus-paper", "static", "hpa-80", "hpa-85", "ds2")
+    return ("daedalus", "daedalus-paper", "static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler")
 
 
 def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) -> Policy:
@@ -29,4 +30,6 @@ def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) ->
         return HPA(int(name[4:]) / 100, max_scaleout)
     if name == "ds2":
         return DS2(max_scaleout)
+    if name == "flink-autoscaler":
+        return FlinkAutoscaler(max_scaleout)
     raise ValueError(f"no policy {name!r}; known: {', '.join(names())}")
