@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from daedalus.cli import backtest as cli_backtest
 from daedalus.cli import bench as cli_bench
 from daedalus.cli import deploy as cli_deploy
 from daedalus.cli import exporter as cli_exporter
@@ -30,7 +31,8 @@ app = typer.Typer(help="Daedalus: self-adaptive autoscaling for stream processin
 for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, cli_deploy.deploy,
                  cli_operate.status, cli_operate.approve, cli_operate.reject, cli_operate.pause, cli_operate.resume,
                  cli_operate.scale, cli_release.release, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
-                 cli_pipeline.compact, cli_exporter.exporter, cli_step.step, cli_settings.config):
+                 cli_pipeline.compact, cli_exporter.exporter, cli_step.step, cli_settings.config,
+                 cli_backtest.backtest):
     app.command()(_command)
 
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",

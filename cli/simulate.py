@@ -39,8 +39,9 @@ class FlowPolicy:
 
     name = "daedalus"
 
-    def __init__(self, store_url: str) -> None:
+    def __init__(self, store_url: str, lake_url: str | None = None) -> None:
         self.store_url = store_url
+        self.lake_url = lake_url  # where each loop appends its observation (the history a backtest replays)
         self.job: str | None = None
 
     def step(self, target: Target) -> Step:
@@ -50,7 +51,7 @@ class FlowPolicy:
         targets.register(target)
         try:
             with _no_heartbeats():
-                s = mape_k(job=target.job, store_url=self.store_url)
+                s = mape_k(job=target.job, store_url=self.store_url, lake_url=self.lake_url)
         finally:
             targets.unregister(target.job)
         return Step(s["kind"], s["current"], s["target"], s["loop_ms"], executed=s["action"] == "executed",
@@ -201,11 +202,12 @@ def _summary_table(report: dict[str, Any]) -> Table:
 
 def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utilization: float, seed: int,
                description: str, loop_overrides: dict[str, float] | None = None, store_url: str | None = None,
-               prefect_home: Path | None = None) -> tuple[Any, dict[str, Any]]:
+               prefect_home: Path | None = None, lake_url: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Simulate `policy` on the workload (the paper's scenario) with a progress bar; returns the run and its score.
 
     With `store_url` and `prefect_home`, Daedalus runs every loop through the `mape-k` flow, keeping its
-    knowledge in the store, on a Prefect server whose database is kept in `prefect_home`.
+    knowledge in the store, on a Prefect server whose database is kept in `prefect_home`, and appending each
+    loop's observation to the lake at `lake_url` (if given).
     """
     from daedalus.sim.report import score
     from daedalus.sim.runner import run
@@ -214,7 +216,7 @@ def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utiliz
     sim_config, loop_config, workload = scenario(workload_values, max_scaleout, peak_utilization, seed,
                                                  loop_overrides)
     flows = store_url is not None and prefect_home is not None and policy == "daedalus"
-    chosen: Policy = FlowPolicy(store_url) if flows else policies.make(policy, max_scaleout, loop_config)
+    chosen: Policy = FlowPolicy(store_url, lake_url) if flows else policies.make(policy, max_scaleout, loop_config)
     with progress("simulated loops") as bar_progress:
         bar = bar_progress.add_task(f"{description}: starting Prefect" if flows else description, total=None)
         with flow_session(prefect_home) if flows else contextlib.nullcontext():
@@ -275,6 +277,7 @@ def demo(
         flink_demo(out, minutes, seed)
         return
     from daedalus.sim.plot import plot_run
+    from daedalus.sim.runner import JOB
     from daedalus.sim.workloads import sine_workload
 
     home = out / "prefect"
@@ -282,17 +285,24 @@ def demo(
         if not (home / "server.log").exists():
             fail(DaedalusError(f"{home} exists and is not a previous demo's Prefect database: choose another --out"))
         shutil.rmtree(home)  # each demo's runs alone, and no schema of an older Prefect
+    lake = out / "lake"
+    if lake.exists():
+        if any(not p.name.startswith("job=") for p in lake.iterdir()):
+            fail(DaedalusError(f"{lake} exists and is not a previous demo's lake: choose another --out"))
+        shutil.rmtree(lake)  # the history of this demo alone: a backtest of it replays one run
     console.print(f"Daedalus on a simulated job: {hours:g} h of a sine workload, one `mape-k` flow run per minute.")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             result, report = run_policy(sine_workload(hours=hours), "daedalus", 12, 0.9, seed, "mape-k",
-                                        store_url=f"{tmp}/knowledge", prefect_home=home)
+                                        store_url=f"{tmp}/knowledge", prefect_home=home, lake_url=str(lake))
     except DaedalusError as exc:
         fail(exc)
     out.mkdir(parents=True, exist_ok=True)
+    report = {"job": JOB, **report}  # the job whose history is in the lake: `daedalus backtest JOB --lake OUT/lake`
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot_run(result, out / "report.png")
     console.print(_summary_table(report))
-    console.print(f"Report: {out / 'report.json'} and {out / 'report.png'}")
+    console.print(f"Report: {out / 'report.json'} and {out / 'report.png'}; the loops' history: {lake} "
+                  f"(`daedalus backtest {JOB} --lake {lake}`)", soft_wrap=True)
     console.print(f"The {len(result.loop_ms)} flow runs and their artifacts in the Prefect UI: "
                   f"PREFECT_HOME={home} prefect server start, then open http://127.0.0.1:4200", soft_wrap=True)
