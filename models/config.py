@@ -39,6 +39,10 @@ class LoopConfig:
     forecast_max_d: int = 2  # auto-ARIMA's largest order of differencing
     mode: Mode = "auto"
     approval_timeout: float = 600.0  # an unanswered approval expires after this
+    # After an operator's manual scale the loop keeps that scale-out this long (the job's clock), in every mode: it
+    # plans and reports but takes no action of its own, then plans again from where the operator left the job.
+    # An approval needs no hold: it is the loop's own plan. 0: the next run may change it again.
+    manual_hold_s: float = 1800.0
     # Which planner decides inside the guardrails: "daedalus" plans over the forecast horizon (model-predictive,
     # models/planning/mpc.py), the default: on the benchmark (docs/benchmark-results.md) it keeps the 60 s latency SLO
     # on 19 of 21 workloads where the paper's planner keeps it on 12. "daedalus-paper" is the paper's Algorithm 1,
@@ -59,6 +63,15 @@ class LoopConfig:
     # A scale-out is sized to last this long on the forecast's upper band before another one may follow: the
     # planner's pace of rescales (one per 20 minutes at most where the forecast allows it).
     rescale_interval: float = 1200.0
+    # Rescale verification (models/capacity/verification.py). An executed rescale is judged once the job has recovered,
+    # or this long after it at the latest: the capacity it shows at the new scale-out against the prediction.
+    verify_after_s: float = 300.0
+    # Capacities within this fraction count as the same: an observed capacity at most (1 + this) × the one before
+    # bought nothing, one at least (1 − this) × the prediction is what was predicted.
+    verify_tolerance: float = 0.10
+    # After an ineffective scale-out is rolled back, no scale-out above the rollback's target for this long (cleared
+    # early when the bottleneck stage is seen to have room).
+    ceiling_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.min_scaleout < 1:

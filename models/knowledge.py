@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from daedalus.models.capacity import CapacityModel
+from daedalus.models.capacity.verification import Bottleneck, Ceiling, PendingVerification
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast import Forecaster
@@ -31,6 +32,18 @@ class Proposal:
     current: int
     target: int
     reasons: tuple[str, ...]
+
+
+@dataclass
+class Override:
+    """An operator's manual scale, which the loop keeps for `LoopConfig.manual_hold_s`: until then it takes no
+    action of its own (it still plans and reports), then it plans again from the scale-out the operator set."""
+
+    decision_id: str
+    scaleout: int
+    operator: str
+    until: float  # the job's clock
+    until_wall: float  # the same moment on the wall clock, what people read
 
 
 @dataclass
@@ -63,6 +76,12 @@ class Knowledge:
     paused: bool = False
     quarantine: str | None = None
     loops: int = 0
+    override: Override | None = None  # an operator's manual scale the loop keeps for now
+    # Rescale verification (models/verify.py): the executed rescale awaiting its verdict, the ceiling an ineffective
+    # scale-out left, the stage last seen limiting the job. Absent from versions stored before it: None.
+    verification: PendingVerification | None = None
+    ceiling: Ceiling | None = None
+    bottleneck: Bottleneck | None = None
 
     @classmethod
     def new(cls, job: str, cfg: LoopConfig) -> Knowledge:
@@ -113,6 +132,10 @@ class Knowledge:
             "paused": self.paused,
             "quarantine": self.quarantine,
             "loops": self.loops,
+            "override": None if self.override is None else asdict(self.override),
+            "verification": None if self.verification is None else asdict(self.verification),
+            "ceiling": None if self.ceiling is None else asdict(self.ceiling),
+            "bottleneck": None if self.bottleneck is None else asdict(self.bottleneck),
         }
         return json.dumps(state, separators=(",", ":"), allow_nan=True).encode()
 
@@ -144,12 +167,22 @@ class Knowledge:
                 ),
                 ledger=[
                     LedgerEntry(**{**e, "reasons": tuple(e["reasons"]),
-                                   "history": [tuple(h) for h in e["history"]]})
+                                   "history": [tuple(h) for h in e["history"]],
+                                   "events": [tuple(v) for v in e.get("events", ())]})
                     for e in s["ledger"]
                 ],
                 paused=bool(s["paused"]),
                 quarantine=s["quarantine"],
                 loops=int(s["loops"]),
+                override=None if s.get("override") is None else Override(**s["override"]),
+                verification=_optional(PendingVerification, s.get("verification")),
+                ceiling=_optional(Ceiling, s.get("ceiling")),
+                bottleneck=_optional(Bottleneck, s.get("bottleneck")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise KnowledgeError(f"knowledge of schema {SCHEMA_VERSION} is incomplete: {exc!r}") from exc
+
+
+def _optional(cls: type[Any], state: dict[str, Any] | None) -> Any:
+    """A dataclass stored as a dict, or None (versions stored before it existed have no key)."""
+    return None if state is None else cls(**state)

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from daedalus.models import analyze as analysis
+from daedalus.models.capacity.verification import Verification
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import ControlMessage, apply_messages
+from daedalus.models.control import ControlMessage, apply_messages, hold, start_hold
 from daedalus.models.errors import ConnectorError
 from daedalus.models.execute import Journal, execute, reconcile
 from daedalus.models.knowledge import Knowledge
@@ -23,6 +24,7 @@ from daedalus.models.planning import planner
 from daedalus.models.ports import MetricsSource, Target
 from daedalus.models.text import utc
 from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
+from daedalus.models.verify import expect, verify
 
 
 def monitor(job: str, source: MetricsSource, since: float | None, until: float) -> Observation:
@@ -40,6 +42,8 @@ def plan(cfg: LoopConfig, a: Analysis, knowledge: Knowledge, now: float) -> Deci
         paused=knowledge.paused,
         downtime_out_s=knowledge.downtime.out_s,
         downtime_in_s=knowledge.downtime.in_s,
+        ceiling=None if knowledge.ceiling is None or not knowledge.ceiling.active(now) else (
+            knowledge.ceiling.scaleout, knowledge.ceiling.describe()),
     )
     return planner.plan(cfg, a, ctx, now)
 
@@ -66,6 +70,8 @@ class Iteration:
     loop_ms: float  # analyze + plan, the loop's own cost
     notes: tuple[str, ...] = ()  # what the inbox changed
     closed: tuple[tuple[str, str], ...] = ()  # proposals that expired or were superseded: (id, outcome)
+    verdict: Verification | None = None  # the verdict this loop reached on the last executed rescale
+    bottleneck: str | None = None  # the stage seen limiting the job in this loop's window
 
     def summary(self) -> dict[str, Any]:
         d, a = self.decision, self.analysis
@@ -73,7 +79,9 @@ class Iteration:
                 "reasons": list(d.reasons), "action": None if self.action is None else self.action.state,
                 "loop_ms": round(self.loop_ms, 3), "capacity_current": a.capacity(a.scaleout),
                 "forecast_peak": a.forecast.peak, "forecast_method": a.forecast.method,
-                "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes)}
+                "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes),
+                "verdict": None if self.verdict is None else self.verdict.verdict,
+                "bottleneck": self.bottleneck}
 
 
 def unavailable(job: str, scaleout: int, reason: str) -> Observation:
@@ -110,7 +118,7 @@ def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | 
         return None
     entry = knowledge.entry(p.id)
     if entry is not None:
-        entry.state = "expired"
+        entry.mark("expired", wall_now)
         entry.history.append((now, f"expired unanswered at {utc(p.expires)}: nothing was done"))
     knowledge.pending = None
     return p.id
@@ -119,8 +127,10 @@ def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | 
 def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
             messages: list[ControlMessage] | None = None, stop: str | None = None,
             journal: Journal | None = None) -> Iteration:
-    """Settle what a dead run left, apply the inbox, then monitor → analyze → plan → execute, once.
+    """Settle what a dead run left, apply the inbox, then monitor → analyze → verify → plan → execute, once.
 
+    Verify judges the last executed rescale; when it bought nothing, its rollback is the decision, in place of the
+    plan's (``daedalus.models.verify``).
     An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
     the plan is still made and reported. `stop` (kill switch for all jobs, blackout window) makes the plan's
     own action a dry run that names it; an operator's action still applies. `journal` writes the knowledge
@@ -135,18 +145,27 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     obs = observe_or_hold(job, target.metrics, knowledge.last_observation_end, now, reported or 1,
                           call=phases.monitor)
     obs = agree(obs, reported)
-    settled = reconcile(knowledge, reported, now)
+    settled = reconcile(knowledge, reported, now, wall_now)
     expired = expire_proposal(knowledge, now, wall_now)
     applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now, wall_now)
     started = time.perf_counter()
     a = phases.analyze(cfg, obs, knowledge, now)
-    d = phases.plan(cfg, a, knowledge, now)
+    checked = verify(cfg, obs, a, knowledge, now)
+    d = checked.rollback or phases.plan(cfg, a, knowledge, now)  # undoing what bought nothing comes first
+    d, hold_ended = hold(cfg, knowledge, d, now)  # an operator's manual scale stands for a while
     loop_ms = 1000 * (time.perf_counter() - started)
     operator = applied.decision
     if operator is not None and operator.changes:
-        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True, journal=journal)
+        action = phases.execute(cfg, operator, knowledge, target.scaler, now, operator=True, journal=journal,
+                                wall_now=wall_now)
+        start_hold(cfg, knowledge, applied, action, now, wall_now)
+        d = operator  # what this run did; the plan above started from the scale-out before it
     else:
         action = phases.execute(cfg, d, knowledge, target.scaler, now, stop=stop, journal=journal,
                                 wall_now=wall_now)
+    expect(knowledge, action, a, obs.stages)
     closed = ((expired, "expired"),) if expired else ()
-    return Iteration(obs, a, d, action, loop_ms, (*settled, *applied.notes), (*closed, *applied.closed))
+    bottleneck = knowledge.bottleneck.stage if obs.stages and knowledge.bottleneck is not None else None
+    notes = (*settled, *applied.notes, *checked.notes, *((hold_ended,) if hold_ended else ()))
+    return Iteration(obs, a, d, action, loop_ms, notes,
+                     (*closed, *applied.closed), checked.verification, bottleneck)

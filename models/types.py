@@ -19,6 +19,28 @@ ActionState = Literal["proposed", "approved", "rejected", "expired", "executing"
                       "dry-run", "failed", "superseded"]
 
 
+@dataclass(frozen=True)
+class StageLoad:
+    """One stage (a Flink task, a chain of operators) of the job over the loop's window.
+
+    `busy` is the busiest subtask's share of time spent processing, `backpressured` its subtasks' mean share of time
+    waiting on the stage downstream, both in [0, 1]; `records_in` what the stage takes in per second, all subtasks
+    together (what a source emits, for a source). A stage that stays busy while the others wait or idle is the job's
+    bottleneck (``daedalus.models.capacity.verification``).
+    """
+
+    name: str
+    parallelism: int  # subtasks now
+    busy: float
+    backpressured: float
+    records_in: float
+    source: bool = False
+
+    def __post_init__(self) -> None:
+        if self.parallelism < 1:
+            raise ValueError(f"stage {self.name}: parallelism must be at least 1, got {self.parallelism}")
+
+
 @dataclass(frozen=True, eq=False)
 class Observation:
     """Metrics of one job since the previous loop, aligned on `timestamps`.
@@ -39,6 +61,7 @@ class Observation:
     scaleout: int  # current scale-out
     step_s: float = 1.0
     holds: tuple[str, ...] = ()
+    stages: tuple[StageLoad, ...] = ()  # per stage over the window, where the engine publishes it (Flink, simulator)
 
     @property
     def end(self) -> float:
@@ -139,8 +162,30 @@ class LedgerEntry:
     # The wall clock when it was recorded, what people read; `time` is the job's clock (a simulated job's runs
     # faster). None in entries stored before it existed.
     wall: float | None = None
+    # Who approved, rejected or scaled by hand (the operator's name as the ledger records it); None: the loop alone.
+    operator: str | None = None
+    # What became of it, as (wall-clock time, event) — "proposed", "approved by alice", "executed" — so the ledger
+    # reads "proposed → approved by alice → executed", each at its own time. `history` keeps the details, on the
+    # job's clock. Empty in entries stored before it existed.
+    events: list[tuple[float, str]] = field(default_factory=list)
+    # Whether an executed rescale bought what was predicted (models/capacity/verification.py): "effective", "partly
+    # effective", "ineffective"; None until judged (and in entries stored before verification existed).
+    verdict: str | None = None
+    capacity_ratio: float | None = None  # observed / predicted capacity at the target, with the verdict
 
     @property
     def shown_time(self) -> float:
         """When it happened, as an operator's clock says."""
         return self.time if self.wall is None else self.wall
+
+    @property
+    def changed(self) -> float:
+        """When its newest event happened (wall clock): an approved action executes minutes after it was decided."""
+        return self.events[-1][0] if self.events else self.shown_time
+
+    def mark(self, state: ActionState, wall: float, by: str | None = None) -> None:
+        """Move to `state` at the wall-clock time `wall`, done by the operator `by` (None: by the loop)."""
+        self.state = state
+        if by is not None:
+            self.operator = by
+        self.events.append((wall, state if by is None else f"{state} by {by}"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daedalus.models.types import Observation
+from daedalus.models.types import Observation, StageLoad
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,10 @@ class SimConfig:
     checkpoint_interval: float = 10.0
     start: float = 1_767_225_600.0  # epoch of second 0 (2026-01-01T00:00:00Z)
     base_latency_s: float = 0.5  # latency of a tuple processed in the second it arrives
+    # A non-parallel stage after the workers (an aggregation with its own cost per record) that processes at most
+    # this many tuples/s in all: the true capacity flattens at it, whatever the scale-out. None: no such stage.
+    # With it the job publishes its stages (the workers' and this one's busy share), as a Flink job does.
+    bottleneck_capacity: float | None = None
 
     def __post_init__(self) -> None:
         def require(ok: bool, name: str, rule: str) -> None:
@@ -81,6 +85,10 @@ class SimConfig:
         ):
             require(finite(name) and getattr(self, name) >= 0, name, ">= 0")
         require(finite("checkpoint_interval") and self.checkpoint_interval > 0, "checkpoint_interval", "positive")
+        require(self.bottleneck_capacity is None or (isinstance(self.bottleneck_capacity, int | float)
+                                                     and math.isfinite(self.bottleneck_capacity)
+                                                     and self.bottleneck_capacity > 0),
+                "bottleneck_capacity", "None or positive")
         require(finite("start"), "start", "a finite epoch")
 
     @property
@@ -161,6 +169,8 @@ class Simulator:
         steps = len(workload)
         self._tp = np.empty((steps, n_slots))  # reported throughput, NaN where the worker did not exist
         self._cpu = np.empty((steps, n_slots))
+        self._busy = np.zeros((steps, n_slots))  # share of each second a worker processed (its busy time)
+        self._held = np.zeros(steps)  # share of the workers' demand the bottleneck stage held back
         self._position_hist = np.empty((steps, n_parts))  # position after each step
         self._taken_hist = np.empty((steps, n_parts))  # tuples processed in each step
         self._lag = np.empty(steps)
@@ -199,7 +209,9 @@ class Simulator:
     def _capacity_at(self, scaleout: int) -> float:
         share = np.bincount(np.arange(len(self._weights)) % scaleout, weights=self._weights, minlength=scaleout)
         used = share > 0
-        return float(np.min(self._capacity[:scaleout][used] / share[used]))
+        workers = float(np.min(self._capacity[:scaleout][used] / share[used]))
+        limit = self.config.bottleneck_capacity
+        return workers if limit is None else min(workers, float(limit))
 
     def true_capacity(self, scaleout: int) -> float:
         """Workload at which the first worker saturates with the round-robin assignment at `scaleout`."""
@@ -268,6 +280,7 @@ class Simulator:
         owner, capacity, weights = self._owner, self._capacity, self._weights
         taken_hist, workload = self._taken_hist, self._workload
         interval, restart = cfg.checkpoint_interval, self._restart
+        limit = math.inf if cfg.bottleneck_capacity is None else cfg.bottleneck_capacity
         first_up = max(t0, min(t1, self._down_until))
         processed = np.zeros((seconds, n_slots))  # actual tuples per worker slot, 0 while down
         taken_hist[t0:first_up] = 0.0
@@ -276,6 +289,9 @@ class Simulator:
             if t >= first_up:
                 demand = np.bincount(owner, weights=backlog, minlength=n_slots)
                 done = np.minimum(capacity, demand)
+                if done.sum() > limit:  # the stage behind the workers takes no more: they wait on it
+                    self._held[t] = 1 - limit / done.sum()
+                    done *= limit / done.sum()
                 ratio = np.divide(done, demand, out=np.zeros(n_slots), where=demand > 0)
                 taken = backlog * ratio[owner]
                 backlog -= taken
@@ -292,6 +308,7 @@ class Simulator:
         down = np.arange(t0, t1) < first_up
         exists = np.arange(n_slots) < self._scaleout
         self._tp[steps] = np.where(exists, np.maximum(processed * (1 + tp_noise), 0.0), np.nan)
+        self._busy[steps] = processed / capacity
         cpu = cfg.idle_cpu + (1 - cfg.idle_cpu) * processed / capacity + cpu_noise
         cpu = np.clip(cpu, 0.0, 1.0)
         cpu[down] = 0.0
@@ -322,7 +339,21 @@ class Simulator:
             uptime_s=self._uptime[window].copy(),
             scaleout=self._scaleout,
             step_s=1.0,
+            stages=self._stages(window),
         )
+
+    def _stages(self, window: slice) -> tuple[StageLoad, ...]:
+        """The workers' stage and the bottleneck stage over the window, as a Flink job publishes its tasks (busy share
+        of the busiest subtask, backpressure, records in); none without a bottleneck stage."""
+        limit = self.config.bottleneck_capacity
+        up = ~self._down[window]
+        if limit is None or not up.any():
+            return ()
+        n = self._scaleout
+        total = float(np.nanmean(np.nansum(self._tp[window][up][:, :n], axis=1)))
+        busy = float(self._busy[window][up][:, :n].mean(axis=0).max())
+        return (StageLoad("work", n, busy, float(self._held[window][up].mean()), total),
+                StageLoad("aggregate", 1, min(1.0, total / limit), 0.0, total))
 
     def history(self) -> SimHistory:
         """Everything simulated so far, with the end-to-end latency computed now."""

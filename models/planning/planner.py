@@ -42,6 +42,8 @@ class PlanContext:
     # The learned downtime estimates (knowledge.downtime); None: the configured initial ones.
     downtime_out_s: float | None = None
     downtime_in_s: float | None = None
+    # (scale-out, why): no scale-out above it, since a larger one bought nothing (models/capacity/verification.py)
+    ceiling: tuple[int, str] | None = None
 
 
 def _window_max(values: tuple[float, ...], seconds: float) -> float:
@@ -133,6 +135,13 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         target, reasons, early = planner_mpc.decide(cfg, a, now, ctx.last_rescale, ctx.last_action,
                                                     ctx.downtime_out_s, ctx.downtime_in_s)
     notes = list(reasons)
+    if cfg.partitions is not None and target > max(cfg.partitions, cur):
+        notes.append(f"the source has {cfg.partitions} partitions, so more workers would idle: {target} → "
+                     f"{max(cfg.partitions, cur)}")
+        target = max(cfg.partitions, cur)
+    if ctx.ceiling is not None and target > max(ctx.ceiling[0], cur):
+        notes.append(f"{ctx.ceiling[1]}: {target} → {max(ctx.ceiling[0], cur)}")
+        target = max(ctx.ceiling[0], cur)
     if target != cur:
         rounded = _round_to_partitions(target, cur, cfg)
         if rounded != target:

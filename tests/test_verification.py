@@ -1,0 +1,231 @@
+"""Rescale verification (issue 23): verdicts, the bottleneck, the rollback target and the ceiling; on the simulator
+with flattening capacity curves, partition caps and noise."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daedalus.models.capacity import CapacityModel
+from daedalus.models.capacity import verification as v
+from daedalus.models.config import LoopConfig
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.planning import planner
+from daedalus.models.ports import Target
+from daedalus.models.types import StageLoad
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.simulator import SimConfig, Simulator
+from tests.test_planner import analysis
+
+
+def pending(current: int = 2, target: int = 4, before: float = 1000.0, predicted: float = 2000.0
+            ) -> v.PendingVerification:
+    return v.PendingVerification("j-1", current, target, before, predicted, 0.0, {})
+
+
+@pytest.mark.parametrize(("observed", "verdict"), [
+    (1100.0, "ineffective"),  # ≤ (1 + 0.1) × 1000: bought nothing
+    (1101.0, "partly effective"),
+    (1799.0, "partly effective"),
+    (1800.0, "effective"),  # ≥ (1 − 0.1) × 2000
+    (2500.0, "effective"),
+])
+def test_scale_out_verdicts_at_the_tolerance(observed: float, verdict: str) -> None:
+    assert v.judge(pending(), observed, workload=3000.0, tolerance=0.1) == verdict
+
+
+@pytest.mark.parametrize(("observed", "workload", "verdict"), [
+    (900.0, 2000.0, "effective"),  # ≥ 0.9 × 1000 predicted
+    (800.0, 700.0, "partly effective"),  # short of the prediction but keeps up
+    (800.0, 850.0, "ineffective"),  # overloaded beyond the prediction, below what it had: roll forward
+    (1700.0, 2500.0, "partly effective"),  # short of the prediction, but lost nothing the job had at 4 (2,000 × 0.9)
+])
+def test_scale_in_is_ineffective_only_when_it_overloads_the_job(observed, workload, verdict) -> None:
+    p = pending(4, 2, 2000.0, 1000.0) if observed < 1000 else pending(4, 2, 1800.0, 2000.0)
+    assert v.judge(p, observed, workload, 0.1) == verdict
+
+
+def stage(name: str, busy: float, parallelism: int = 4, backpressured: float = 0.0, records: float = 1000.0,
+          source: bool = False) -> StageLoad:
+    return StageLoad(name, parallelism, busy, backpressured, records, source)
+
+
+def test_the_saturated_stage_among_idle_ones_is_the_bottleneck_and_a_non_parallel_one_cannot_scale() -> None:
+    stages = [stage("Source:_trace", 0.1, backpressured=0.8, source=True), stage("work", 0.3, backpressured=0.6),
+              stage("aggregate", 0.97, parallelism=1)]
+    b = v.locate_bottleneck(stages, scaleout=4)
+    assert b is not None and (b.stage, b.scalable) == ("aggregate", False)
+    assert "1 subtask at scale-out 4" in b.why
+    # every stage with time to spare, or two saturated: no single bottleneck
+    assert v.locate_bottleneck([stage("a", 0.5), stage("b", 0.6)], 4) is None
+    assert v.locate_bottleneck([stage("a", 0.9), stage("b", 0.95)], 4) is None
+    # a busy stage held back by its downstream is not the bottleneck
+    assert v.locate_bottleneck([stage("a", 0.9, backpressured=0.5)], 4) is None
+
+
+def test_a_source_reading_every_partition_cannot_scale_and_a_parallel_stage_can() -> None:
+    src = v.locate_bottleneck([stage("Source:_in", 0.95, parallelism=4, source=True), stage("w", 0.2)], 4,
+                              partitions=4)
+    assert src is not None and not src.scalable and "all 4 partitions" in src.why
+    work = v.locate_bottleneck([stage("w", 0.95)], 4, partitions=12)
+    assert work is not None and work.scalable and work.why == ""
+
+
+def test_observed_capacity_is_bounded_by_the_slowest_stage_records_per_busy_second() -> None:
+    # aggregate: 1,200/s at busy 0.8 → 1,500 per busy second; work: 1,200/s at 0.3 → 4,000
+    stages = [stage("work", 0.3, records=1200.0), stage("aggregate", 0.8, 1, records=1200.0)]
+    assert v.observed_capacity(5000.0, stages) == pytest.approx(1500.0)
+    assert v.observed_capacity(1400.0, stages) == 1400.0
+    assert v.observed_capacity(1400.0, [stage("idle", 0.01, records=5.0)]) == 1400.0  # too idle to bound
+
+
+def verification(current: int, target: int, observed: float) -> v.Verification:
+    return v.Verification("j-1", current, target, 1000.0, 4000.0, observed, "ineffective", {}, {})
+
+
+def test_rollback_goes_to_the_smallest_scale_out_that_shows_the_same_capacity() -> None:
+    caps = (1000.0, 1450.0, 2000.0, 1500.0)
+    assert v.rollback_target(verification(2, 4, 1500.0), caps, 1, 0.1) == 2  # 1,450 ≥ 0.9 × 1,500
+    assert v.rollback_target(verification(1, 4, 1900.0), caps, 1, 0.1) == 3
+    assert v.rollback_target(verification(1, 4, 2500.0), caps, 1, 0.1) == 1  # none below: back where it was
+    assert v.rollback_target(verification(2, 4, 1500.0), caps, 3, 0.1) == 3  # never below the minimum
+    assert v.rollback_target(verification(4, 2, 900.0), caps, 1, 0.1) == 4  # a scale-in rolls forward
+
+
+def test_a_ceiling_is_lifted_when_its_stage_has_room_at_the_load_that_saturated_it() -> None:
+    c = v.Ceiling(2, 100.0, 1500.0, "aggregate", "why")
+    assert v.lifted(c, [stage("aggregate", 0.95, 1, records=1480.0)]) is None  # still saturated
+    assert v.lifted(c, [stage("aggregate", 0.3, 1, records=500.0)]) is None  # idle because the load fell
+    assert "lifted" in v.lifted(c, [stage("aggregate", 0.6, 1, records=1400.0)])
+    assert c.active(99.0) and not c.active(100.0)
+
+
+def test_the_planner_never_plans_above_the_ceiling_nor_the_partitions() -> None:
+    a = analysis([1000.0 * i for i in range(1, 13)], scaleout=2, avg=5000.0, forecast=[5000.0] * 900)
+    free = planner.plan(LoopConfig(), a, planner.PlanContext(job="j", last_rescale=None, last_action=None), 1e9)
+    assert free.target > 4
+    capped = planner.plan(LoopConfig(), a, planner.PlanContext(job="j", last_rescale=None, last_action=None,
+                                                               ceiling=(3, "ceiling 3 until …")), 1e9)
+    assert capped.target == 3 and any(r.startswith("ceiling 3 until …: ") for r in capped.reasons)
+    parts = planner.plan(LoopConfig(partitions=4), a, planner.PlanContext("j", None, None), 1e9)
+    assert parts.target == 4 and any("4 partitions" in r for r in parts.reasons)
+
+
+def test_knowledge_keeps_the_ceiling_and_loads_versions_stored_before_it() -> None:
+    k = Knowledge.new("j", LoopConfig())
+    k.ceiling = v.Ceiling(2, 123.0, 1500.0, "aggregate", "bought nothing")
+    k.bottleneck = v.Bottleneck("aggregate", 0.97, False, "non-parallel")
+    k.verification = pending()
+    again = Knowledge.from_bytes(k.to_bytes())
+    assert (again.ceiling, again.bottleneck, again.verification) == (k.ceiling, k.bottleneck, k.verification)
+    old = json.loads(k.to_bytes())
+    for key in ("ceiling", "bottleneck", "verification"):
+        del old[key]
+    for e in old["ledger"]:
+        e.pop("verdict", None)
+    before = Knowledge.from_bytes(json.dumps(old).encode())
+    assert before.ceiling is None and before.verification is None
+
+
+# --- on the simulator --------------------------------------------------------------------------------------------
+
+def measured(sim: Simulator, seconds: int) -> float:
+    """The capacity the loop would observe at the current scale-out: the capacity model fed every minute, bounded by
+    the stages' records per busy second."""
+    model = CapacityModel(warmup_s=60.0)
+    start = sim.now
+    for _ in range(seconds // 60):
+        sim.advance(60)
+        model.update(sim.observe(sim.now - 60))
+    return v.observed_capacity(model.capacity_current(), sim.observe(start + 120).stages)
+
+
+def rescale_verdict(config: SimConfig, workload: float, current: int, target: int, seed: int) -> str:
+    sim = Simulator(np.full(1800, workload), config, seed=seed, initial_scaleout=current)
+    before = measured(sim, 600)
+    predicted = before * target / current  # the paper's extrapolation: i × the mean worker capacity
+    sim.scale(target)
+    sim.advance(60)
+    after = measured(sim, 600)
+    return v.judge(v.PendingVerification("d", current, target, before, predicted, 0.0, {}), after, workload, 0.1)
+
+
+NOISY = dict(max_scaleout=8, worker_capacity=1000.0, downtime_noise_s=0.0)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), cpu_noise=st.floats(0.0, 0.03), tp_noise=st.floats(0.0, 0.05),
+       current=st.integers(1, 3), extra=st.integers(1, 4))
+def test_a_scale_out_past_a_flattening_capacity_curve_is_ineffective(seed, cpu_noise, tp_noise, current, extra):
+    # the non-parallel stage takes 90 % of what `current` workers could: it already binds there
+    config = SimConfig(**NOISY, cpu_noise=cpu_noise, throughput_noise=tp_noise,
+                       bottleneck_capacity=0.9 * 1000.0 * current * 0.9)
+    assert rescale_verdict(config, 1000.0 * (current + extra), current, current + extra, seed) == "ineffective"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), cpu_noise=st.floats(0.0, 0.03), tp_noise=st.floats(0.0, 0.05),
+       current=st.integers(1, 3), extra=st.integers(1, 4))
+def test_a_scale_out_with_capacity_to_gain_is_never_judged_ineffective(seed, cpu_noise, tp_noise, current, extra):
+    config = SimConfig(**NOISY, cpu_noise=cpu_noise, throughput_noise=tp_noise)
+    target = current + extra
+    assert rescale_verdict(config, 1000.0 * target * 1.3, current, target, seed) != "ineffective"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), tp_noise=st.floats(0.0, 0.05), partitions=st.integers(1, 3))
+def test_workers_beyond_the_partitions_buy_nothing(seed, tp_noise, partitions):
+    config = SimConfig(**NOISY, throughput_noise=tp_noise, partitions=partitions, skew=0.0)
+    assert rescale_verdict(config, 5000.0, partitions, partitions + 2, seed) == "ineffective"
+
+
+def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_below_the_ceiling() -> None:
+    # Two workers of 1,000/s feed a non-parallel stage of 1,500/s; 2,500/s arrive: the loop scales out, sees the
+    # scale-out buy nothing, goes back to 2 and stays there for the ceiling's hour.
+    sim = Simulator(np.full(4 * 3600, 2500.0), SimConfig(**NOISY, bottleneck_capacity=1500.0), seed=3,
+                    initial_scaleout=2)
+    cfg = LoopConfig(max_scaleout=8, scale_in_interval=0)
+    k = Knowledge.new("sim", cfg)
+    job = SimulatedJob(sim)
+    target = Target("sim", job, job, job, cfg)
+    its = []
+    for _ in range(120):
+        sim.advance(60)
+        its.append(iterate(target, k, PLAIN))
+    executed = [(it.action.current, it.action.target, it.action.time) for it in its
+                if it.action is not None and it.action.state == "executed"]
+    out = next(e for e in k.ledger if e.verdict == "ineffective")
+    assert out.target > out.current >= 2 and out.capacity_ratio < 0.6
+    back = next(e for e in executed if e[2] > out.time)
+    assert back[:2] == (out.target, 2), executed
+    assert back[2] - out.time <= 600  # rolled back within 10 minutes of the scale-out
+    rollback = next(it for it in its if it.action is not None and it.action.time == back[2])
+    assert "ineffective" in rollback.decision.reasons[0] and "aggregate 100 % → 100 %" in rollback.decision.reasons[0]
+    assert "1 subtask at scale-out" in rollback.decision.reasons[0]  # the stage named, and why it cannot scale
+    assert k.ceiling is not None and (k.ceiling.stage, k.ceiling.scaleout) == ("aggregate", 2)  # tried again after
+    assert [e for e in executed if back[2] < e[2] < back[2] + cfg.ceiling_s] == []  # nothing in the ceiling's hour
+    assert k.entry(rollback.decision.id).verdict == "effective"  # the rollback lost nothing
+    assert k.bottleneck is not None and k.bottleneck.stage == "aggregate" and not k.bottleneck.scalable
+    assert math.isclose(sim.true_capacity(8), 1500.0)
+
+
+def test_without_a_bottleneck_the_loop_judges_no_rescale_ineffective() -> None:
+    # A rise from 1,500/s to 5,000/s on workers of 1,000/s: every scale-out buys capacity.
+    load = np.concatenate([np.full(1800, 1500.0), np.full(5400, 5000.0)])
+    sim = Simulator(load, SimConfig(**NOISY, cpu_noise=0.02, throughput_noise=0.03), seed=5, initial_scaleout=2)
+    cfg = LoopConfig(max_scaleout=8)
+    k = Knowledge.new("sim", cfg)
+    job = SimulatedJob(sim)
+    target = Target("sim", job, job, job, cfg)
+    for _ in range(120):
+        sim.advance(60)
+        iterate(target, k, PLAIN)
+    verdicts = [e.verdict for e in k.ledger if e.state == "executed"]
+    assert "ineffective" not in verdicts and any(verdicts), verdicts
+    assert k.ceiling is None
