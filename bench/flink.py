@@ -186,8 +186,8 @@ def _measure(url: str, job: str, topic: str, start: float, end: float) -> dict[s
 
 
 def flood(flink: LocalFlink, exporter: TraceExporter, workdir: Path, name: str, parallelisms: Sequence[int],
-          work_us: int, seconds: float = 45.0, skip_s: float = 15.0, log: Callable[[str], None] | None = None
-          ) -> dict[int, dict[str, Any]]:
+          work_us: int, seconds: float = 45.0, skip_s: float = 15.0, log: Callable[[str], None] | None = None,
+          bottleneck_us: int = 0) -> dict[int, dict[str, Any]]:
     """The saturation throughput at each parallelism now: a job far above any capacity (records pile up), rescaled
     through `flink-rest` and measured over the last `seconds - skip_s` at each parallelism. On a shared machine what
     a worker processes changes with its neighbours, so the demo measures it in the run itself."""
@@ -197,7 +197,7 @@ def flood(flink: LocalFlink, exporter: TraceExporter, workdir: Path, name: str, 
     trace = Trace.of([int(3e6 / work_us)] * total, int(time.time() * 1000) + 2000)
     previous, exporter.trace = exporter.trace, trace
     spec = TraceJob(name, trace.write(workdir / f"{name}.txt"), trace.start_ms, workdir / f"{name}-out",
-                    work_us=work_us)
+                    work_us=work_us, bottleneck_us=bottleneck_us)
     job_id = flink.submit(spec, parallelism=parallelisms[0])
     scaler = FlinkRestScaler(flink.rest_url, name, ready_timeout_s=120)
     found: dict[int, dict[str, Any]] = {}

@@ -56,6 +56,11 @@ MAX_LEVEL = 8  # TaskManagers (1 GB each) `daedalus bench flink --levels` may st
 MIN_SATURATED_S = 15  # seconds of saturation in the run that make a measurement of its own
 LEARN_S = 360.0  # paper seconds (90 s at 4×) in which the loop decides but does not act: capacity needs data
 PEAK = 2.5  # the plateau, in probed single-worker capacities: the probe runs against neighbours at their busiest
+# `--bottleneck`: CPU time per record of the non-parallel stage `aggregate` (runtime/flink_job): about 670 records/s
+# in one thread, below one worker's `work` (about 1,000/s), so it limits the job at every parallelism; the probe then
+# measures the job's saturation throughput, and the trace peaks at `BOTTLENECK_PEAK` × it.
+BOTTLENECK_US = 1500
+BOTTLENECK_PEAK = 1.5
 
 
 def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig:
@@ -64,7 +69,7 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
     # The loop's own rhythm is compressed; what the machine does is not: downtime estimates, the checkpoint interval
     # and the latency objective stay physical seconds.
     durations = ("target_recovery_time", "recent_rescale_s", "grace_s", "scale_in_interval", "loop_interval_s",
-                 "max_recovery_s", "approval_timeout", "rescale_interval")
+                 "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling_s")
     names = {f.name for f in dataclasses.fields(LoopConfig)}
     changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations if k in names}
     changes.update(min_scaleout=1, max_scaleout=max_scaleout, checkpoint_interval=5.0, warmup_s=15.0)
@@ -159,12 +164,18 @@ class _Monitors:
 
 def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4, seed: int = 0,
              workdir: Path | None = None, log: Callable[[str], Any] | None = None, speedup: float = SPEEDUP,
-             peak: float = PEAK, probe_s: float = 45.0, flood_s: float = 35.0) -> dict[str, Any]:
+             peak: float = PEAK, probe_s: float = 45.0, flood_s: float = 35.0, bottleneck: bool = False
+             ) -> dict[str, Any]:
     """The whole loop on a real Flink job; writes `out/report.json` and `out/report.png`, returns the report.
+
+    `bottleneck` gives the job a non-parallel stage that saturates below the trace's peak (`BOTTLENECK_US`): a
+    scale-out buys nothing, and the loop is to see that and roll it back.
 
     `speedup` compresses the loop's clock (the test runs at 8× to see a scale-in within minutes); `probe_s` and
     `flood_s` are how long the saturation measurements before and after the trace take at each parallelism."""
     loop_s = 60.0 / speedup
+    bottleneck_us = BOTTLENECK_US if bottleneck else 0
+    peak = BOTTLENECK_PEAK if bottleneck else peak
     from daedalus.flows.mape_k import mape_k
     from daedalus.runtime.prometheus import local_prometheus
 
@@ -192,7 +203,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
                     "one worker's saturation throughput …")
                 probes = {p: [m["throughput_median"]] for p, m in
                           bench_flink.flood(flink, exporter, workdir, "daedalus-probe", [1], WORK_US,
-                                            seconds=probe_s, skip_s=probe_s / 3).items()}
+                                            seconds=probe_s, skip_s=probe_s / 3, bottleneck_us=bottleneck_us).items()}
             finally:
                 server = starting.result()
                 stack.callback(server.stop)
@@ -211,7 +222,8 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         knowledge.last_observation_end = trace.start_ms / 1000  # the first loop reads from the job's start only
         KnowledgeStore(store_url).save(knowledge)
         exporter.trace = trace
-        job = TraceJob(JOB, trace.write(workdir / "trace.txt"), trace.start_ms, workdir / "output", work_us=WORK_US)
+        job = TraceJob(JOB, trace.write(workdir / "trace.txt"), trace.start_ms, workdir / "output", work_us=WORK_US,
+                       bottleneck_us=bottleneck_us)
         job_id = flink.submit(job, parallelism=1)
         flink.wait_running(job_id, 1)
         monitors = _Monitors(store_url, 12 * loop_s)
@@ -250,7 +262,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         say(f"{lines:,} records committed of {trace.total:,} generated ({distinct:,} distinct). Measuring the "
             f"saturation throughput at parallelism {', '.join(map(str, estimated))} …")
         for p, m in bench_flink.flood(flink, exporter, workdir, "daedalus-saturation", estimated or [1], WORK_US,
-                                      seconds=flood_s, skip_s=flood_s / 3).items():
+                                      seconds=flood_s, skip_s=flood_s / 3, bottleneck_us=bottleneck_us).items():
             probes.setdefault(p, []).append(m["throughput_median"])
         monitors.join(60.0)
         log_file = flink.jobmanager.log_file() if flink.jobmanager else None
@@ -261,12 +273,29 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
-        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak)
+        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, bottleneck_us=bottleneck_us,
+                      rollbacks=rollbacks(loops), bottleneck=named_bottleneck(loops, knowledge))
     report["wall_s"] = round(time.time() - wall0, 1)
     report["jvms_left"] = _jvms_left(flink)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot(s, loops, report, out / "report.png")
     return report
+
+
+def rollbacks(loops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rescales the loop undid: an executed decision of a loop whose verification found the previous rescale
+    ineffective (its reasons give the evidence)."""
+    return [{"from": it["current"], "to": it["target"], "time": it["time"], "reason": "; ".join(it["reasons"])}
+            for it in loops if it.get("verdict") == "ineffective" and it.get("action") == "executed"]
+
+
+def named_bottleneck(loops: list[dict[str, Any]], knowledge: Knowledge | None) -> str | None:
+    """The Flink task that kept the job from scaling: the ceiling's stage, else the stage most often seen saturated
+    that cannot scale out; None when none was."""
+    if knowledge is not None and knowledge.ceiling is not None and knowledge.ceiling.stage:
+        return knowledge.ceiling.stage
+    seen = [it["bottleneck"] for it in loops if it.get("bottleneck") and it.get("bottleneck_scalable") is False]
+    return max(set(seen), key=seen.count) if seen else None
 
 
 def _action_time(store_url: str, decision: str, fallback: float) -> float:
@@ -422,15 +451,17 @@ def plot(s: bench_flink.Sampled, loops: list[dict[str, Any]], report: dict[str, 
     return save(fig, path, dpi=110)
 
 
-def flink_demo(out: Path, minutes: float = DEFAULT_MINUTES, seed: int = 0) -> None:
-    """`daedalus demo --engine flink`: run, print the summary, and fail loudly on lost or duplicated records."""
+def flink_demo(out: Path, minutes: float = DEFAULT_MINUTES, seed: int = 0, bottleneck: bool = False) -> None:
+    """`daedalus demo --engine flink [--bottleneck]`: run, print the summary, and fail loudly on lost or duplicated
+    records."""
     try:
-        report = run_demo(out, minutes, seed=seed)
+        report = run_demo(out, minutes, seed=seed, bottleneck=bottleneck)
     except DaedalusError as exc:
         fail(exc)
     console.print(json.dumps({k: report[k] for k in ("rescales", "records_generated", "records_committed",
                                                      "duplicates", "max_lag_records", "capacity_error_pct",
-                                                     "saturation_throughput", "wall_s")}, indent=2))
+                                                     "saturation_throughput", "rollbacks", "bottleneck",
+                                                     "wall_s")}, indent=2))
     console.print(f"Wrote {out / 'report.json'} and {out / 'report.png'}")
 
 

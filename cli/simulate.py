@@ -266,15 +266,20 @@ def demo(
     engine: Annotated[str, typer.Option(help="sim (the embedded simulator) or flink (a real local Flink 2.3: "
                                              "docs/engines.md)")] = "sim",
     minutes: Annotated[float, typer.Option(min=3.0, help="--engine flink: the compressed trace's length")] = 12.0,
+    bottleneck: Annotated[bool, typer.Option(help="--engine flink: the job gets a non-parallel stage that saturates "
+                                                  "below the trace's peak: the loop sees its scale-out buy nothing "
+                                                  "and rolls it back (docs/engines.md)")] = False,
 ) -> None:
     """The whole loop on the embedded simulator (a 6-hour sine workload through the Prefect flow), or with
     `--engine flink` on a real Flink job started on this machine."""
     if engine not in ("sim", "flink"):
         fail(DaedalusError(f"--engine: {engine!r} is not an engine the demo runs; known: flink, sim"))
+    if bottleneck and engine != "flink":
+        fail(DaedalusError("--bottleneck: only the Flink demo has a bottleneck stage; add --engine flink"))
     if engine == "flink":
         from daedalus.cli.flink import flink_demo
 
-        flink_demo(out, minutes, seed)
+        flink_demo(out, minutes, seed, bottleneck)
         return
     from daedalus.sim.plot import plot_run
     from daedalus.sim.runner import JOB

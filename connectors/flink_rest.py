@@ -103,9 +103,10 @@ class FlinkRest:
         running = job.get("state") == "RUNNING" and all(v.get("status") == "RUNNING" for v in vertices)
         return max(int(v["parallelism"]) for v in vertices), running
 
-    def max_parallelism(self, job_id: str) -> int:
+    def max_parallelisms(self, job_id: str) -> dict[str, int]:
+        """Each vertex's maximum parallelism, by vertex id (a non-parallel operator's is 1)."""
         vertices = self.get(f"/jobs/{job_id}").get("vertices", [])
-        return min((int(v.get("maxParallelism", 1 << 15)) for v in vertices), default=1 << 15)
+        return {str(v["id"]): int(v.get("maxParallelism", 1 << 15)) for v in vertices if "id" in v}
 
 
 def _message(data: Any) -> str:
@@ -145,28 +146,36 @@ class FlinkRestScaler:
         return dict(self.rest.get(f"/jobs/{job_id}/resource-requirements"))
 
     @staticmethod
-    def _asks(requirements: dict[str, Any]) -> set[int]:
-        return {int(v["parallelism"]["upperBound"]) for v in requirements.values()}
+    def _asks(requirements: dict[str, Any]) -> dict[str, int]:
+        return {vertex: int(r["parallelism"]["upperBound"]) for vertex, r in requirements.items()}
+
+    @staticmethod
+    def _wanted(requirements: dict[str, Any], limits: dict[str, int], target: int) -> dict[str, int]:
+        """The upper bound each vertex gets for `target`: a vertex with a lower maximum (a non-parallel operator)
+        stays at its maximum, as Flink itself requires."""
+        return {vertex: min(target, limits.get(vertex, target)) for vertex in requirements}
 
     def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
         job_id = self.rest.job_id(self.job_name)
         where = f"Flink job {self.job_name} ({job_id}) on {self.rest.shown}"
         requirements = self._requirements(job_id)
         before, running = self.rest.parallelism(job_id)
-        if self._asks(requirements) == {target}:
+        limits = self.rest.max_parallelisms(job_id)
+        wanted = self._wanted(requirements, limits, target)
+        if self._asks(requirements) == wanted:
             state = "running at it" if running and before == target else f"running at {before} for now"
             return (f"{where} already asks for parallelism {target} ({state}): nothing to request "
                     f"(decision {decision_id})")
-        limit = self.rest.max_parallelism(job_id)
+        limit = max(limits.values(), default=1 << 15)  # the job's: its most parallel vertex's
         if not 1 <= target <= limit:
             raise ConnectorError(f"{where}: parallelism {target} is outside 1..{limit} (the job's max parallelism)")
         if dry_run:
             return f"dry run: would set the resource requirements of {where} to parallelism {before} → {target}"
-        body = {vertex: {"parallelism": {"lowerBound": min(int(r["parallelism"]["lowerBound"]), target),
-                                         "upperBound": target}} for vertex, r in requirements.items()}
+        body = {vertex: {"parallelism": {"lowerBound": min(int(r["parallelism"]["lowerBound"]), wanted[vertex]),
+                                         "upperBound": wanted[vertex]}} for vertex, r in requirements.items()}
         started = time.monotonic()
         status, data = self.rest.call("PUT", f"/jobs/{job_id}/resource-requirements", body)
-        if status == 409 and self._asks(self._requirements(job_id)) == {target}:
+        if status == 409 and self._asks(self._requirements(job_id)) == wanted:
             status = 200  # a concurrent request set the same: it is asked for, once
         if status >= 400:
             raise ConnectorError(f"{where}: PUT resource-requirements (parallelism {before} → {target}) refused with "

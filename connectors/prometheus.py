@@ -36,10 +36,10 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from pydantic import Field, HttpUrl, field_validator, model_validator
 from urllib3.util import Retry, Timeout
 
-from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, WORKER_KEYS, QuerySet
+from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, STAGE_KEYS, STAGE_LABEL, WORKER_KEYS, QuerySet
 from daedalus.connectors.settings import BlockName, Duration, EnvName, Strict, invalid, redact, secret
 from daedalus.models.errors import ConfigurationError, ConnectorError
-from daedalus.models.types import Observation
+from daedalus.models.types import Observation, StageLoad
 
 
 class JobSpec(Protocol):
@@ -227,6 +227,8 @@ class PrometheusSource:
                                                for key in (*JOB_KEYS, *WORKER_KEYS, *CHECK_KEYS)}
         if self.queries.has("resets"):
             calls["resets"] = partial(self._resets, budget, end, range_s)
+        if all(self.queries.has(key) for key in STAGE_KEYS):
+            calls["stages"] = partial(self._stages, budget, end, range_s)
         raw = self._gather(budget, calls)
         holds: list[str] = []
         job_points: dict[str, dict[float, float]] = {}
@@ -256,7 +258,7 @@ class PrometheusSource:
         return Observation(job=job, timestamps=ts, workload=series["workload"].values, throughput=throughput,
                            cpu=cpu, lag=series["lag"].values, uptime_s=series["uptime"].values,
                            scaleout=current, step_s=self.step_s,
-                           holds=tuple(holds))
+                           holds=tuple(holds), stages=raw.get("stages", ()))
 
     def _empty(self, job: str, until: float, range_s: float, budget: _Budget) -> Observation:
         call = partial(self._instant, "scaleout", budget, until, range_s)
@@ -345,6 +347,22 @@ class PrometheusSource:
                 holds.append(f"stale: pod {pod} has no sample within {window} of {ts[-1]:.0f} ({when}) while the "
                              f"job counts {scaleout} workers: pod gone or not scraped")
         return throughput, cpu
+
+    def _stages(self, budget: _Budget, end: float, range_s: float) -> tuple[StageLoad, ...]:
+        """Each stage's load at the end of the window; none when a query fails or a stage lacks a series: the stages
+        only say where the bottleneck is, and the loop scales without them."""
+        try:
+            values = {key: {r["metric"].get(STAGE_LABEL, ""): float(r["value"][1])
+                            for r in self._instant(key, budget, end, range_s)} for key in STAGE_KEYS}
+        except (ConnectorError, KeyError, IndexError, TypeError, ValueError):
+            return ()
+        names = sorted(set.intersection(*(set(v) for v in values.values())) - {""})
+        return tuple(StageLoad(name, max(1, round(values["stage_parallelism"][name])),
+                               min(max(values["stage_busy"][name], 0.0), 1.0),
+                               min(max(values["stage_backpressure"][name], 0.0), 1.0),
+                               max(values["stage_records"][name], 0.0), source=name.startswith("Source"))
+                     for name in names
+                     if all(math.isfinite(values[key][name]) for key in STAGE_KEYS))
 
     def _resets(self, budget: _Budget, end: float, range_s: float) -> list[str]:
         results = self._instant("resets", budget, end, range_s)

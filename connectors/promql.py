@@ -34,7 +34,12 @@ JOB_KEYS = ("workload", "lag", "scaleout", "uptime")
 WORKER_KEYS = ("throughput", "cpu", "fresh")  # fresh: samples of each worker in the last ${stale}, absent if none
 CHECK_KEYS = ("duplicates",)  # raw series of every worker that exports its one-per-worker metric more than once
 OPTIONAL_KEYS = ("resets",)  # number of counter resets in the loop's window
-KEYS = (*JOB_KEYS, *WORKER_KEYS, *CHECK_KEYS, *OPTIONAL_KEYS)
+# Per stage (`by (task_name)`), at the end of the window, where the engine publishes its tasks: the busiest subtask's
+# busy share, the subtasks' mean backpressured share, records in per second, subtasks. Optional: without them the
+# loop still scales, it only cannot say which stage limits the job (models/capacity/verification.py).
+STAGE_KEYS = ("stage_busy", "stage_backpressure", "stage_records", "stage_parallelism")
+STAGE_LABEL = "task_name"
+KEYS = (*JOB_KEYS, *WORKER_KEYS, *CHECK_KEYS, *OPTIONAL_KEYS, *STAGE_KEYS)
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z_]+)(?:\.([A-Za-z0-9_.-]+))?\}")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -63,8 +68,10 @@ BROKER = {
 #   TaskManagers of other jobs and idle ones drop out;
 # - the JobManager's cluster gauges (`numRegisteredTaskManagers`) carry no job label at all: the scale-out is counted
 #   from the job's own tasks, the distinct subtasks of its source (= its parallelism; one slot per TaskManager).
-# Per worker, throughput is the rate at which its tasks take records in (the largest over its non-source tasks: each
-# record passes every stage once), or what its sources emit when the whole job is chained into them; after a keyBy
+# Per worker, throughput is the rate at which its tasks take records in (the smallest over its non-source tasks: each
+# record passes every stage once, and a TaskManager that also runs a non-parallel stage sees the whole job's records
+# there, which summed over the workers would count them twice), or what its sources emit when the whole job is
+# chained into them; after a keyBy
 # a source subtask's output is not what its own TaskManager processes (under backpressure one reader may stall
 # while another feeds every worker). Rates come from the record counters, not the `…PerSecond` gauges, 60 s moving
 # averages that trail every change by half a minute. Utilisation is the busy share of the worker's busiest task,
@@ -102,7 +109,7 @@ FLINK_BUSY = _or_legacy(f"clamp_max(max by (${{worker}}) (deriv({FLINK_BUSY_MS}[
 FLINK = {
     **BROKER,
     "throughput": _or_legacy(
-        f"max by (${{worker}}) (sum by (${{worker}}, task_name) (rate({FLINK_TASKS_IN}[${{window}}]))) "
+        f"min by (${{worker}}) (sum by (${{worker}}, task_name) (rate({FLINK_TASKS_IN}[${{window}}]))) "
         f"or sum by (${{worker}}) (rate({FLINK_SOURCE_OUT}[${{window}}]))",
         "sum by (${worker}) (flink_taskmanager_job_task_operator_numRecordsOutPerSecond"
         '{${selector}, operator_name=~"Source.*"})'),
@@ -116,6 +123,14 @@ FLINK = {
     "scaleout": _or_legacy(f"count(count by (subtask_index) ({FLINK_SOURCE_OUT}))",
                            "max(flink_jobmanager_numRegisteredTaskManagers{${selector}})"),
     "uptime": "max(flink_jobmanager_job_uptime{${selector}}) / 1000",
+    # Stages: Flink's tasks. Over `${window}` only, so the subtasks of attempts before a restart (series of their
+    # own, by `task_attempt_id`) have dropped out a window after it. A source's records are what it emits.
+    "stage_busy": f"clamp_max(max by (task_name) (deriv({FLINK_BUSY_MS}[${{window}}])) / 1000, 1)",
+    "stage_backpressure": "avg by (task_name) (avg_over_time(flink_taskmanager_job_task_backPressuredTimeMsPerSecond"
+                          "{${selector}}[${window}])) / 1000",
+    "stage_records": f"sum by (task_name) (rate({FLINK_TASKS_IN}[${{window}}])) "
+                     f"or sum by (task_name) (rate({FLINK_SOURCE_OUT}[${{window}}]))",
+    "stage_parallelism": f"count by (task_name) (count_over_time({FLINK_BUSY_MS}[${{window}}]))",
 }
 # The utilisation signals a Flink job's `cpu` query may name instead of writing a template (`queries: {cpu:
 # jvm-cpu-load}` in the jobs file): busy time is the default; the JVM's CPU load fits TaskManagers with cores of

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from daedalus.models import analyze as analysis
-from daedalus.models.capacity.verification import Verification
+from daedalus.models.capacity.verification import Bottleneck, Verification
 from daedalus.models.config import LoopConfig
 from daedalus.models.control import ControlMessage, apply_messages, hold, start_hold
 from daedalus.models.errors import ConnectorError
@@ -71,7 +71,7 @@ class Iteration:
     notes: tuple[str, ...] = ()  # what the inbox changed
     closed: tuple[tuple[str, str], ...] = ()  # proposals that expired or were superseded: (id, outcome)
     verdict: Verification | None = None  # the verdict this loop reached on the last executed rescale
-    bottleneck: str | None = None  # the stage seen limiting the job in this loop's window
+    bottleneck: Bottleneck | None = None  # the stage seen limiting the job in this loop's window
 
     def summary(self) -> dict[str, Any]:
         d, a = self.decision, self.analysis
@@ -81,7 +81,8 @@ class Iteration:
                 "forecast_peak": a.forecast.peak, "forecast_method": a.forecast.method,
                 "forecast_wape": a.forecast.previous_wape, "notes": list(self.notes),
                 "verdict": None if self.verdict is None else self.verdict.verdict,
-                "bottleneck": self.bottleneck}
+                "bottleneck": None if self.bottleneck is None else self.bottleneck.stage,
+                "bottleneck_scalable": None if self.bottleneck is None else self.bottleneck.scalable}
 
 
 def unavailable(job: str, scaleout: int, reason: str) -> Observation:
@@ -165,7 +166,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
                                 wall_now=wall_now)
     expect(knowledge, action, a, obs.stages)
     closed = ((expired, "expired"),) if expired else ()
-    bottleneck = knowledge.bottleneck.stage if obs.stages and knowledge.bottleneck is not None else None
+    bottleneck = knowledge.bottleneck if obs.stages else None
     notes = (*settled, *applied.notes, *checked.notes, *((hold_ended,) if hold_ended else ()))
     return Iteration(obs, a, d, action, loop_ms, notes,
                      (*closed, *applied.closed), checked.verification, bottleneck)

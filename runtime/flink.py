@@ -228,11 +228,14 @@ class TraceJob:
     work_us: int = 1000  # CPU microseconds each record costs (the job's capacity is about 1e6 / work_us per core)
     splits: int = 12  # even shares for 1, 2, 3 and 4 readers
     keys: int = 128
+    # CPU microseconds each record costs in a non-parallel stage `aggregate` after `work` (0: no such stage): the job
+    # then processes at most about 1e6 / bottleneck_us records/s at any parallelism.
+    bottleneck_us: int = 0
 
     def args(self) -> list[str]:
         return ["--trace", str(self.trace_file), "--start-ms", str(self.start_ms), "--output", str(self.output),
                 "--name", self.name, "--work-us", str(self.work_us), "--splits", str(self.splits),
-                "--keys", str(self.keys)]
+                "--keys", str(self.keys), "--bottleneck-us", str(self.bottleneck_us)]
 
 
 def committed_ids(output: Path) -> tuple[int, int]:

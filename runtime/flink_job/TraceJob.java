@@ -7,12 +7,14 @@ import java.util.List;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RichMapFunction;
 import org.apache.flink.api.common.serialization.SimpleStringEncoder;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.connector.file.sink.FileSink;
 import org.apache.flink.core.fs.Path;
+import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig;
@@ -27,7 +29,10 @@ import org.apache.flink.util.Collector;
  * <p>Arguments: {@code --trace FILE} (records per second, one whole number per line), {@code --start-ms EPOCH_MS}
  * (when the trace's first second starts), {@code --output DIR}, optional {@code --name NAME} (the job's name, the
  * {@code job_name} label of its metrics), {@code --splits K} (default 12: even shares for 1, 2, 3, 4 readers),
- * {@code --keys N} (default 128), {@code --work-us MICROS} (CPU time each record costs, default 1000).
+ * {@code --keys N} (default 128), {@code --work-us MICROS} (CPU time each record costs, default 1000),
+ * {@code --bottleneck-us MICROS} (default 0: none): a non-parallel stage {@code aggregate} after {@code work}, at
+ * parallelism 1 and maximum parallelism 1, that costs each record this much CPU time of its own and so processes at
+ * most about 1e6 / MICROS records per second however many workers the job has: a stage that cannot scale out.
  *
  * <p>The sink writes one line per record, {@code id,count} (the record's id and its key's running count), into
  * part files it commits when a checkpoint completes; in-progress files are hidden ({@code .part-…}) until then.
@@ -45,6 +50,7 @@ public final class TraceJob {
         int splits = 12;
         int keys = 128;
         long workMicros = 1000;
+        long bottleneckMicros = 0;
         for (int i = 0; i + 1 < args.length; i += 2) {
             String value = args[i + 1];
             switch (args[i]) {
@@ -55,6 +61,7 @@ public final class TraceJob {
                 case "--splits" -> splits = Integer.parseInt(value);
                 case "--keys" -> keys = Integer.parseInt(value);
                 case "--work-us" -> workMicros = Long.parseLong(value);
+                case "--bottleneck-us" -> bottleneckMicros = Long.parseLong(value);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -70,15 +77,27 @@ public final class TraceJob {
                 .withRollingPolicy(OnCheckpointRollingPolicy.build())
                 .withOutputFileConfig(OutputFileConfig.builder().withPartPrefix("part").withPartSuffix(".txt").build())
                 .build();
-        env.fromSource(new TraceSource(trace, splits), WatermarkStrategy.noWatermarks(), "trace", Types.LONG)
+        DataStream<String> worked = env
+                .fromSource(new TraceSource(trace, splits), WatermarkStrategy.noWatermarks(), "trace", Types.LONG)
                 .uid("trace-source")
                 .keyBy(id -> id % keyCount, Types.LONG)
                 .process(new Work(workMicros))
                 .uid("work")
-                .name("work")
-                .sinkTo(sink)
-                .uid("committed-output")
-                .name("committed-output");
+                .name("work");
+        if (bottleneckMicros > 0) {
+            worked.map(new Aggregate(bottleneckMicros))
+                    .uid("aggregate")
+                    .name("aggregate")
+                    .setParallelism(1)
+                    .setMaxParallelism(1)
+                    .sinkTo(sink)
+                    .uid("committed-output")
+                    .name("committed-output")
+                    .setParallelism(1)
+                    .setMaxParallelism(1);
+        } else {
+            worked.sinkTo(sink).uid("committed-output").name("committed-output");
+        }
         env.execute(name);
     }
 
@@ -97,6 +116,49 @@ public final class TraceJob {
         return out;
     }
 
+    private static final int ROUNDS_PER_CHECK = 256;
+
+    /** Spends {@code micros} of the task thread's CPU time on a record (see {@link Work}); returns the digest. */
+    static long spend(java.lang.management.ThreadMXBean threads, long micros, long seed) {
+        long h = seed;
+        long until = threads.getCurrentThreadCpuTime() + 1000L * micros;
+        do {
+            for (int r = 0; r < ROUNDS_PER_CHECK; r++) {
+                h += 0x9E3779B97F4A7C15L;
+                h = (h ^ (h >>> 30)) * 0xBF58476D1CE4E5B9L;
+                h = (h ^ (h >>> 27)) * 0x94D049BB133111EBL;
+                h ^= h >>> 31;
+            }
+        } while (threads.getCurrentThreadCpuTime() < until);
+        return h;
+    }
+
+    /**
+     * The non-parallel stage of {@code --bottleneck-us}: a global aggregation's cost per record (a running digest of
+     * every record, in one task), passing each record on unchanged to the sink.
+     */
+    static final class Aggregate extends RichMapFunction<String, String> {
+        private static final long serialVersionUID = 1L;
+        private final long micros;
+        private transient java.lang.management.ThreadMXBean threads;
+        private transient long digest;
+
+        Aggregate(long micros) {
+            this.micros = micros;
+        }
+
+        @Override
+        public void open(OpenContext openContext) {
+            threads = java.lang.management.ManagementFactory.getThreadMXBean();
+        }
+
+        @Override
+        public String map(String record) {
+            digest = spend(threads, micros, digest ^ record.hashCode());
+            return record;
+        }
+    }
+
     /**
      * Per key, a running count and digest. Every record costs {@code micros} of the task thread's CPU time, spent
      * on rounds of a 64-bit mix (SplitMix64's finaliser) chained through the key's state, so the JIT cannot skip
@@ -105,7 +167,6 @@ public final class TraceJob {
      */
     static final class Work extends KeyedProcessFunction<Long, Long, String> {
         private static final long serialVersionUID = 1L;
-        private static final int ROUNDS_PER_CHECK = 256;
         private final long micros;
         private transient ValueState<Long> count;
         private transient ValueState<Long> digest;
@@ -126,16 +187,7 @@ public final class TraceJob {
         public void processElement(Long id, Context ctx, Collector<String> out) throws Exception {
             Long c = count.value();
             Long d = digest.value();
-            long h = (d == null ? 0L : d) ^ id;
-            long until = threads.getCurrentThreadCpuTime() + 1000L * micros;
-            do {
-                for (int r = 0; r < ROUNDS_PER_CHECK; r++) {
-                    h += 0x9E3779B97F4A7C15L;
-                    h = (h ^ (h >>> 30)) * 0xBF58476D1CE4E5B9L;
-                    h = (h ^ (h >>> 27)) * 0x94D049BB133111EBL;
-                    h ^= h >>> 31;
-                }
-            } while (threads.getCurrentThreadCpuTime() < until);
+            long h = spend(threads, micros, (d == null ? 0L : d) ^ id);
             long n = (c == null ? 0L : c) + 1;
             count.update(n);
             digest.update(h);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daedalus.connectors.promql import ENGINES, KEYS, QuerySet, duration, matchers, quote, regex_literal
+from daedalus.connectors.promql import ENGINES, KEYS, STAGE_KEYS, QuerySet, duration, matchers, quote, regex_literal
 from daedalus.models.errors import ConfigurationError
 
 
@@ -35,7 +35,7 @@ def test_flink_queries_render_with_the_job_labels():
     q = QuerySet("ysb", "flink", {"namespace": "streaming", "app": "ysb"}, {"topic": "ad-events"}, {}, 60)
     # Rates of the record counters (not the 60 s `…PerSecond` averages), per worker (tests/flink has the full set)
     assert q.query("throughput").startswith(
-        'max by (pod) (sum by (pod, task_name) (rate(flink_taskmanager_job_task_numRecordsIn'
+        'min by (pod) (sum by (pod, task_name) (rate(flink_taskmanager_job_task_numRecordsIn'
         '{app="ysb", namespace="streaming", task_name!~"Source.*"}[60s]))) or sum by (pod) '
         '(rate(flink_taskmanager_job_task_operator_numRecordsOut{app="ysb", namespace="streaming", '
         'operator_name=~"Source.*"}[60s]))')
@@ -47,7 +47,7 @@ def test_flink_queries_render_with_the_job_labels():
 
 def test_every_engine_defines_every_required_query():
     for engine, templates in ENGINES.items():
-        missing = {k for k in KEYS if k != "resets"} - set(templates)  # duplicates included: every engine checks
+        missing = {k for k in KEYS if k not in ("resets", *STAGE_KEYS)} - set(templates)  # duplicates: every engine
         assert not missing, f"{engine} lacks {missing}"
         QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60)
 
@@ -97,3 +97,12 @@ def test_every_engine_checks_for_workers_exported_twice():
     for engine in ENGINES:
         assert "count by (pod)" in QuerySet("j", engine, {"namespace": "n"}, {"topic": "t"}, {}, 60).query(
             "duplicates")
+
+
+def test_flink_stages_are_read_per_task_over_the_last_window():
+    q = QuerySet("j", "flink", {"job_name": "demo"}, {"topic": "t"}, {}, 12)
+    busy = 'flink_taskmanager_job_task_accumulateBusyTimeMs{job_name="demo"}[12s]'
+    assert q.query("stage_busy") == f"clamp_max(max by (task_name) (deriv({busy})) / 1000, 1)"
+    assert q.query("stage_parallelism") == ('count by (task_name) (count_over_time('
+                                            'flink_taskmanager_job_task_accumulateBusyTimeMs{job_name="demo"}[12s]))')
+    assert all(not QuerySet("j", e, {"n": "n"}, {"topic": "t"}, {}, 60).has("stage_busy") for e in ("spark",))

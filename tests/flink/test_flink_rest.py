@@ -163,6 +163,12 @@ def test_dry_run_and_limits_send_nothing(jm):
     assert jm.puts() == []
 
 
+def test_a_non_parallel_vertex_keeps_its_maximum_while_the_others_take_the_target():
+    requirements = {"source": {}, "work": {}, "aggregate": {}}
+    limits = {"source": 128, "work": 128, "aggregate": 1}
+    assert FlinkRestScaler._wanted(requirements, limits, 4) == {"source": 4, "work": 4, "aggregate": 1}
+
+
 def test_a_rescale_not_running_in_time_is_said_so(jm):
     jm.apply_after = 10_000
     message = FlinkRestScaler(jm.url, NAME, ready_timeout_s=0.5, sleep=lambda s: None).scale(NAME, 2, "d-1")
