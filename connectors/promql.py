@@ -137,41 +137,69 @@ FLINK = {
 # their own (a CPU limit per pod), where it reaches 1 at saturation too.
 FLINK_CPU_SIGNALS = {"busy-time": FLINK_BUSY, "jvm-cpu-load": FLINK_JVM_CPU}
 
-# Kafka Streams, JMX exporter with lowercased names; one instance per pod.
-_KS_PROCESS = "kafka_streams_stream_task_metrics_process_total{${selector}}"
+# Kafka Streams, Prometheus JMX exporter (java agent) with its default naming: no rules, or a catch-all rule without a
+# `name`. The exporter names an attribute `<domain>_<first key property's value>_<attribute>`, makes the other key
+# properties labels, and replaces every character outside [a-zA-Z0-9:_] by `_`; case is kept
+# (`lowercaseOutputName: false`). MBeans from Kafka's monitoring docs, all at the default recording level `info`:
+# - `kafka.streams:type=stream-thread-metrics,thread-id=…` `process-total` (records processed) and `process-ratio`,
+#   `punctuate-ratio`, `commit-ratio` (shares of the thread's time); the task-level `process-total` is `debug` and
+#   absent by default. A worker (pod) runs `num.stream.threads` threads: its throughput is their sum, its utilisation
+#   their mean busy share (all its threads busy: saturated);
+# - `kafka.streams:type=stream-metrics,client-id=…` `alive-stream-threads`: the scale-out counts pods with one;
+# - `kafka.consumer:type=consumer-fetch-manager-metrics,client-id=…,topic=…,partition=…` `records-lag`: the whole
+#   backlog of the source topic (its restore consumer reads changelog topics: another topic);
+# - `java.lang:type=OperatingSystem` `ProcessCpuLoad` and the agent's `process_start_time_seconds`.
+# No Kafka Streams series names its application: the job's selector is the labels the scrape adds (namespace, pod
+# labels), one application per pod.
+_KS_THREAD = "kafka_streams_stream_thread_metrics_{}{{${{selector}}}}"
+_KS_PROCESS = _KS_THREAD.format("process_total")
+_KS_BUSY = " + ".join(_KS_THREAD.format(f"{share}_ratio") for share in ("process", "punctuate", "commit"))
+KS_JVM_CPU = "max by (${worker}) (java_lang_OperatingSystem_ProcessCpuLoad{${selector}})"
 KAFKA_STREAMS = {
     "workload": BROKER["workload"],
     "throughput": f"sum by (${{worker}}) (rate({_KS_PROCESS}[${{window}}]))",
-    "cpu": "max by (${worker}) (java_lang_operatingsystem_processcpuload{${selector}})",
-    "fresh": "sum by (${worker}) (count_over_time(java_lang_operatingsystem_processcpuload{${selector}}[${stale}]))",
-    "duplicates": duplicated("java_lang_operatingsystem_processcpuload{${selector}}"),
+    "cpu": f"clamp_max(avg by (${{worker}}) ({_KS_BUSY}), 1)",
+    "fresh": f"sum by (${{worker}}) (count_over_time({_KS_PROCESS}[${{stale}}]))",
+    "duplicates": duplicated("kafka_streams_stream_metrics_alive_stream_threads{${selector}}"),
     "lag": "sum(kafka_consumer_consumer_fetch_manager_metrics_records_lag{${selector}, topic=${source.topic}})",
     "scaleout": "count(max by (${worker}) (kafka_streams_stream_metrics_alive_stream_threads{${selector}}) > 0)",
     "uptime": "time() - max(process_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_KS_PROCESS}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
 
-# Spark Structured Streaming: the query's progress from the driver (rows read, as a counter summing each batch's
-# `numInputRows`: Spark's per-batch rows-per-second figures are not rates per wall-clock second; rows behind
-# the latest offsets) and each executor's JVM CPU. Spark reports throughput per query, not per executor: it
-# is split evenly over the executors that report CPU. Workload: the Kafka broker's messages in, as above.
-_SPARK_CPU = "java_lang_operatingsystem_processcpuload{${selector}}"
+# Spark Structured Streaming, through the progress listener a job adds in one line (runtime/spark_progress.py):
+# Spark's own streaming metrics are figures of the last micro-batch with neither backlog nor busy time. Each series
+# carries `query` (the query's name); the driver publishes them all, so the workers are its `executor_up` series,
+# their `executor` label copied into the worker label. Spark reports throughput and batch time per query, not per
+# executor: both are split evenly over the query's executors (a micro-batch's tasks run on all of them).
+_SPARK_EXECUTORS = 'label_replace(spark_streaming_executor_up{${selector}}, "${worker}", "$1", "executor", "(.+)")'
 _SPARK_READ = "spark_streaming_input_rows_total{${selector}}"
+_SPARK_BATCH = "spark_streaming_batch_seconds_total{${selector}}"
+
+
+def _per_executor(query: str) -> str:
+    """The job-wide `query`, one sample per executor of the job."""
+    return f"max by (${{worker}}) ({_SPARK_EXECUTORS}) * 0 + on() group_left() ({query})"
+
+
 SPARK = {
     "workload": BROKER["workload"],
-    "throughput": f"max by (${{worker}}) ({_SPARK_CPU}) * 0 + on() group_left() "
-    f"(sum(rate({_SPARK_READ}[${{window}}])) / count({_SPARK_CPU}))",
-    "cpu": f"max by (${{worker}}) ({_SPARK_CPU})",
-    "fresh": f"sum by (${{worker}}) (count_over_time({_SPARK_CPU}[${{stale}}]))",
-    "duplicates": duplicated(_SPARK_CPU),
-    "lag": "sum(spark_streaming_source_offsets_behind_latest{${selector}})",
-    "scaleout": f"count(max by (${{worker}}) ({_SPARK_CPU}))",
+    "throughput": _per_executor(f"sum(rate({_SPARK_READ}[${{window}}])) / count({_SPARK_EXECUTORS})"),
+    "cpu": _per_executor(f"clamp_max(max(rate({_SPARK_BATCH}[${{window}}])), 1)"),
+    "fresh": "sum by (${worker}) (label_replace(count_over_time(spark_streaming_executor_up{${selector}}[${stale}]), "
+             '"${worker}", "$1", "executor", "(.+)"))',
+    "duplicates": duplicated(_SPARK_EXECUTORS),
+    "lag": "sum(spark_streaming_source_backlog_rows{${selector}, topic=${source.topic}})",
+    "scaleout": f"count(max by (${{worker}}) ({_SPARK_EXECUTORS}))",
     "uptime": "time() - max(spark_streaming_query_start_time_seconds{${selector}})",
     "resets": f"(sum(resets({_SPARK_READ}[${{range}}])) or vector(0)) + ({BROKER['resets']})",
 }
 
 ENGINES: dict[str, dict[str, str]] = {"flink": FLINK, "kafka-streams": KAFKA_STREAMS, "spark": SPARK}
-NAMED: dict[str, dict[str, dict[str, str]]] = {"flink": {"cpu": FLINK_CPU_SIGNALS}}  # engine → query → name → template
+NAMED: dict[str, dict[str, dict[str, str]]] = {  # engine → query → name → template
+    "flink": {"cpu": FLINK_CPU_SIGNALS},
+    "kafka-streams": {"cpu": {"busy-time": KAFKA_STREAMS["cpu"], "jvm-cpu-load": KS_JVM_CPU}},
+}
 
 
 def quote(value: str) -> str:
