@@ -158,3 +158,40 @@ def _fleet(lake: Any, names: list[str], since: float | None, until: float | None
     console.print(f"Tables: {out / 'backtest-fleet.csv'} and one per job in {out / 'jobs'}")
     if not fleet.reports:
         raise typer.Exit(1)
+
+
+def bench(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs in the fleet")] = 100,
+    hours: Annotated[float, typer.Option(min=1.0, help="History per job (the forecaster needs 1 h)")] = 24.0,
+    policies: Annotated[str | None, typer.Option(
+        help="Policies to replay, comma-separated (default: daedalus, ds2, flink-autoscaler, static)")] = None,
+    masters: Annotated[str, typer.Option(help="Spark masters to compare, comma-separated")] = "local[1],local[2]",
+    lake: Annotated[str | None, typer.Option(help="Reuse or keep the recorded lake here")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures (JSON) here")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """The fleet backtest on Spark, timed on each master: N simulated jobs' histories, every policy replayed in the
+    executors; prints wall time, time per job and the speed-up."""
+    from daedalus.bench.backtest import run_backtest_bench
+    from daedalus.cli.common import phases
+
+    try:
+        names = _names(policies)
+        with progress() as bars:
+            report = run_backtest_bench(jobs, hours, [m.strip() for m in masters.split(",") if m.strip()], names,
+                                        lake, seed, on_progress=phases(bars))
+    except (DaedalusError, ValueError) as exc:
+        fail(exc)
+    t = Table(title=f"daedalus bench backtest: {jobs} jobs × {hours:g} h × {len(names)} policies")
+    t.add_column("master")
+    for column in ("wall time", "per job", "backtested", "refused"):
+        t.add_column(column, justify="right")
+    for master, m in report["masters"].items():
+        t.add_row(master, f"{m['seconds']:.1f} s", f"{m['seconds'] / jobs:.2f} s", str(m["backtested"]),
+                  str(m["refused"]))
+    console.print(t)
+    if "speedup" in report:
+        console.print(f"speed-up {' → '.join(report['masters'])}: {report['speedup']:.2f}×")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2))

@@ -41,6 +41,7 @@ for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_be
                  cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity):
     bench.command()(_command)
 bench.command(name="flink")(cli_flink.bench)  # calibration on a real local Flink (docs/engines.md)
+bench.command(name="backtest")(cli_backtest.bench)  # the fleet backtest on Spark (docs/backtest.md)
 app.add_typer(bench, name="bench")
 
 jobs = typer.Typer(help="The jobs file: one entry per streaming job.", no_args_is_help=True)

@@ -185,6 +185,10 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
         if exc.name != "daedalus.flows.pipeline":
             raise
         notes.append("daedalus.flows.pipeline is not installed: the periodic Spark flows are not deployed")
+    from daedalus.flows.backtest import backtest  # on demand: run from the UI with the job and the window
+
+    planned.append(Planned(flow=backtest, name="backtest", parameters=_accepted(backtest, where),
+                           tags=(TAG, "pipeline"), description=backtest.description or "", job_variables=jv))
     return planned, notes
 
 
