@@ -153,7 +153,7 @@ def job_detail(job: str, store_url: str) -> None:
     from daedalus.connectors.inbox import Inbox
     from daedalus.connectors.status import read_status
     from daedalus.connectors.store import KnowledgeStore
-    from daedalus.tasks.dashboards import ledger_rows
+    from daedalus.tasks.dashboards import ledger_rows, verification_lines
 
     status = read_status(store_url, job)
     k = KnowledgeStore(store_url).load(job).knowledge
@@ -175,6 +175,8 @@ def job_detail(job: str, store_url: str) -> None:
         if k.pending:
             out.print(f"[bold]  pending proposal {k.pending.id}: {k.pending.current} → {k.pending.target}[/bold] "
                       f"(answer: daedalus approve|reject {k.pending.id})")
+        for line in verification_lines(k):  # the stage limiting the job, the ceiling in force
+            out.print(f"  {line}", soft_wrap=True, markup=False)
         t = Table(title=f"ledger of {job} (newest first)")
         rows = ledger_rows(k, limit=15, full_reasons=True)
         for col in (rows[0] if rows else {"ledger": ""}):

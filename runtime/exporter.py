@@ -24,6 +24,10 @@ Series (gauges unless named `_total`; one series per job unless said otherwise):
   another, and the knowledge keeps the newest 1000 entries: a count that falls reads as a counter reset;
 - `daedalus_proposal_pending`, `daedalus_paused`, `daedalus_quarantined`: 0 or 1;
 - `daedalus_last_run_age_seconds`: wall-clock seconds since the last loop run wrote its status;
+- rescale verification (models/capacity/verification.py): `daedalus_rescale_verdict_info{verdict, rescale}` = 1 and
+  `daedalus_rescale_capacity_ratio` (observed over predicted capacity) of the newest judged rescale;
+  `daedalus_bottleneck_info{stage, scalable}` = 1, the stage last seen limiting the job; `daedalus_ceiling_scaleout`
+  while an ineffective scale-out's ceiling holds; each omitted while there is none;
 - the exporter's own: `daedalus_exporter_store_up` (the store could be listed), `daedalus_exporter_job_readable`
   (0 when a job's files could not be read this scrape), `daedalus_exporter_read_errors_total` (scrapes that
   could not read the job, since the exporter started), `daedalus_exporter_scrape_duration_seconds`.
@@ -89,6 +93,10 @@ def _families() -> dict[str, Metric]:
         "pending": gauge("daedalus_proposal_pending", "1 while a proposal waits for an operator"),
         "paused": gauge("daedalus_paused", "1 while the job's kill switch is on"),
         "quarantined": gauge("daedalus_quarantined", "1 while metric validation has quarantined the job"),
+        "verdict": InfoMetricFamily("daedalus_rescale_verdict", "Verdict on the newest judged rescale", labels=[JOB]),
+        "ratio": gauge("daedalus_rescale_capacity_ratio", "Observed over predicted capacity of that rescale"),
+        "bottleneck": InfoMetricFamily("daedalus_bottleneck", "The stage last seen limiting the job", labels=[JOB]),
+        "ceiling": gauge("daedalus_ceiling_scaleout", "Largest scale-out allowed under a ceiling"),
         "age": gauge("daedalus_last_run_age_seconds", "Wall-clock seconds since the last loop run"),
         "store_up": GaugeMetricFamily("daedalus_exporter_store_up", "1 if the knowledge store could be listed"),
         "readable": gauge("daedalus_exporter_job_readable", "0 if the job's files could not be read this scrape"),
@@ -199,7 +207,10 @@ class StoreCollector:
             if s.get("kind") is not None:
                 info = {"kind": str(s["kind"]), "reason": reason_label(s.get("reasons") or [])}
                 out.append(("decision", [job], info))
-        ledger = self._ledger(job)
+        state = self._knowledge(job)
+        ledger = None if state is None else [dict(e) for e in state["ledger"]]
+        if state is not None:
+            out += _verification(job, ledger or [], state)
         if ledger is not None:
             counts = Counter(str(e["state"]) for e in ledger)
             out += [("actions", [job, state], float(counts[state])) for state in sorted({*STATES, *counts})]
@@ -208,8 +219,8 @@ class StoreCollector:
                 put("observed", ledger[-1].get("observed_recovery_s"))
         return out
 
-    def _ledger(self, job: str) -> list[dict[str, Any]] | None:
-        """The ledger of the newest readable knowledge version (older ones when it is corrupt, as the loop falls
+    def _knowledge(self, job: str) -> dict[str, Any] | None:
+        """The newest readable knowledge version as plain data (older ones when it is corrupt, as the loop falls
         back); None before the first version. Read as plain data, not through `KnowledgeStore.load`: a whole
         Knowledge restores the fitted forecast model, seconds of statsmodels imports and milliseconds per job and
         scrape, to count a few states."""
@@ -220,12 +231,32 @@ class StoreCollector:
                     state = json.loads(decode(f.read()))
                 if state.get("schema_version") != SCHEMA_VERSION:
                     raise KnowledgeError(f"schema version {state.get('schema_version')!r} is not {SCHEMA_VERSION}")
-                return [dict(e) for e in state["ledger"]]
+                if not isinstance(state["ledger"], list):
+                    raise KnowledgeError("its ledger is not a list")
+                return dict(state)
             except (KnowledgeError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 problems.append(f"version {version}: {exc}")
         if problems:
             raise KnowledgeError(f"no readable knowledge version ({'; '.join(problems)})")
         return None
+
+
+def _verification(job: str, ledger: list[dict[str, Any]], state: dict[str, Any]) -> list[Sample]:
+    """The newest verdict, the bottleneck and the ceiling, from the knowledge (absent from older versions)."""
+    out: list[Sample] = []
+    judged = next((e for e in reversed(ledger) if e.get("verdict")), None)
+    if judged is not None:
+        rescale = f"{judged['current']} → {judged['target']}"
+        out.append(("verdict", [job], {"verdict": str(judged["verdict"]), "rescale": rescale}))
+        ratio = _finite(judged.get("capacity_ratio"))
+        if ratio is not None:
+            out.append(("ratio", [job], ratio))
+    if state.get("bottleneck"):
+        b = state["bottleneck"]
+        out.append(("bottleneck", [job], {"stage": str(b["stage"]), "scalable": str(bool(b["scalable"])).lower()}))
+    if state.get("ceiling"):
+        out.append(("ceiling", [job], float(state["ceiling"]["scaleout"])))
+    return out
 
 
 class MetricsServer:

@@ -35,7 +35,7 @@ from daedalus.tasks.publish import artifact_key, publish
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
     from daedalus.models.loop import Iteration
-    from daedalus.models.types import Forecast
+    from daedalus.models.types import Forecast, LedgerEntry
 
 PLOT_EVERY = 5  # loops between forecast plots (and after every action)
 # Wall-clock seconds between two loops' news at least. Deployed loops run 60 s apart, so it never binds there; a
@@ -102,6 +102,7 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
         "capacity": a.capacity(a.scaleout), "workload": a.avg_workload, "forecast_peak": a.forecast.peak,
         "forecast_method": a.forecast.method, "wape": a.forecast.previous_wape,
         "health": health(it, knowledge, stop), "ledger": _ledger_signature(knowledge), "loops": knowledge.loops,
+        **verification_record(knowledge),
     }
 
 
@@ -119,10 +120,42 @@ def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = Fals
             "scale-out": f"{e.current} → {e.target}",
             "predicted / observed recovery": f"{duration(e.predicted_recovery_s)} / "
                                              f"{duration(e.observed_recovery_s)}",
+            "verdict": verdict_text(e),
             "reason": reason if full_reasons else short(reason, SHORT_REASON),
             "last event": e.history[-1][1] if e.history else "", "decision": e.id,
         })
     return rows
+
+
+def verdict_text(e: LedgerEntry) -> str:
+    """`ineffective (22 % of the predicted capacity)`: what an executed rescale bought; "" until it is judged."""
+    if e.verdict is None:
+        return ""
+    ratio = "" if e.capacity_ratio is None else f" ({percent(e.capacity_ratio, digits=0)} of the predicted capacity)"
+    return f"{e.verdict}{ratio}"
+
+
+def verification_lines(knowledge: Knowledge) -> list[str]:
+    """The stage limiting the job and the ceiling in force, for the dashboards and `daedalus status JOB`."""
+    lines = []
+    if knowledge.bottleneck is not None:
+        lines.append(f"bottleneck: {knowledge.bottleneck.describe()}")
+    if knowledge.ceiling is not None:
+        lines.append(knowledge.ceiling.describe())
+    return lines
+
+
+def verification_record(knowledge: Knowledge) -> dict[str, Any]:
+    """status.json's part of rescale verification: the newest verdict, the bottleneck, the ceiling."""
+    judged = next((e for e in reversed(knowledge.ledger) if e.verdict is not None), None)
+    b, c = knowledge.bottleneck, knowledge.ceiling
+    return {
+        "verdict": None if judged is None else {"decision": judged.id, "from": judged.current, "to": judged.target,
+                                                "verdict": judged.verdict, "capacity_ratio": judged.capacity_ratio},
+        "bottleneck": None if b is None else {"stage": b.stage, "busy": b.busy, "scalable": b.scalable, "why": b.why},
+        "ceiling": None if c is None else {"scaleout": c.scaleout, "until": c.until, "stage": c.stage,
+                                           "reason": c.reason},
+    }
 
 
 # --- forecast against actual ---------------------------------------------------------------------
@@ -258,7 +291,7 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
     previous = read_status(store_url, job) or {}
     news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
         wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
-    publish(job, it.analysis, it.decision, it.action, version, news)
+    publish(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
     record = {**status_record(it, knowledge, mode, stop, wall),
               "news_wall": wall if news else previous.get("news_wall")}
     history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)

@@ -39,8 +39,8 @@ def capacity_rows(a: Analysis, recommended: int | None = None) -> list[dict[str,
     return rows
 
 
-def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None
-                      ) -> str:
+def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
+                      verification: list[str] | None = None) -> str:
     lines = [
         f"# {job}: {HEADS[d.kind]} — {d.current} → {d.target}",
         "",
@@ -56,6 +56,7 @@ def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction 
     ]
     if d.predicted_recovery_s is not None:
         lines.append(f"- predicted recovery after the rescale: {duration(d.predicted_recovery_s)}")
+    lines += [f"- {line}" for line in verification or ()]  # the bottleneck and the ceiling, where there are
     if version is not None:
         lines.append(f"- knowledge version {version}")
     lines += ["", "## Reasons", *(f"1. {r}" for r in d.reasons or ("(none)",))]
@@ -70,9 +71,10 @@ def forecast_markdown(job: str, a: Analysis) -> str:
 
 
 def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
-            news: bool) -> None:
+            news: bool, verification: list[str] | None = None) -> None:
     """The decision every loop; capacity and forecast only with news, which the caller's publish task judges."""
-    create_markdown_artifact(key=artifact_key("decision", job), markdown=decision_markdown(job, a, d, action, version),
+    create_markdown_artifact(key=artifact_key("decision", job),
+                             markdown=decision_markdown(job, a, d, action, version, verification),
                              description=f"{job}: the loop's last decision, {HEADS[d.kind].lower()} {d.current} → "
                                          f"{d.target}, with every reason and what was done")
     if news:

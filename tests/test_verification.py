@@ -11,16 +11,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from daedalus.cli.operate import job_detail
+from daedalus.connectors.status import STATUS, write_json
+from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.capacity import verification as v
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop import PLAIN, Iteration, iterate
 from daedalus.models.planning import planner
 from daedalus.models.ports import Target
 from daedalus.models.types import StageLoad
+from daedalus.runtime.exporter import StoreCollector
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator
+from daedalus.tasks.dashboards import ledger_rows, status_record
+from tests.cli.cli_support import flat
 from tests.test_planner import analysis
 
 
@@ -185,19 +191,28 @@ def test_workers_beyond_the_partitions_buy_nothing(seed, tp_noise, partitions):
     assert rescale_verdict(config, 5000.0, partitions, partitions + 2, seed) == "ineffective"
 
 
-def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_below_the_ceiling() -> None:
-    # Two workers of 1,000/s feed a non-parallel stage of 1,500/s; 2,500/s arrive: the loop scales out, sees the
-    # scale-out buy nothing, goes back to 2 and stays there for the ceiling's hour.
+CFG = LoopConfig(max_scaleout=8, scale_in_interval=0)
+
+
+@pytest.fixture(scope="module")
+def bottlenecked() -> tuple[Simulator, Knowledge, list[Iteration]]:
+    """Two workers of 1,000/s feed a non-parallel stage of 1,500/s and 2,500/s arrive, for two hours of loops."""
     sim = Simulator(np.full(4 * 3600, 2500.0), SimConfig(**NOISY, bottleneck_capacity=1500.0), seed=3,
                     initial_scaleout=2)
-    cfg = LoopConfig(max_scaleout=8, scale_in_interval=0)
-    k = Knowledge.new("sim", cfg)
+    k = Knowledge.new("sim", CFG)
     job = SimulatedJob(sim)
-    target = Target("sim", job, job, job, cfg)
+    target = Target("sim", job, job, job, CFG)
     its = []
     for _ in range(120):
         sim.advance(60)
         its.append(iterate(target, k, PLAIN))
+    return sim, k, its
+
+
+def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_below_the_ceiling(bottlenecked):
+    # The loop scales out, sees the scale-out buy nothing, goes back to 2 and stays there for the ceiling's hour.
+    sim, k, its = bottlenecked
+    cfg = CFG
     executed = [(it.action.current, it.action.target, it.action.time) for it in its
                 if it.action is not None and it.action.state == "executed"]
     out = next(e for e in k.ledger if e.verdict == "ineffective")
@@ -229,3 +244,23 @@ def test_without_a_bottleneck_the_loop_judges_no_rescale_ineffective() -> None:
     verdicts = [e.verdict for e in k.ledger if e.state == "executed"]
     assert "ineffective" not in verdicts and any(verdicts), verdicts
     assert k.ceiling is None
+
+
+def test_the_verdict_and_the_bottleneck_show_in_the_ledger_status_dashboard_and_exporter(bottlenecked, tmp_path,
+                                                                                          capsys):
+    _, k, its = bottlenecked
+    rows = ledger_rows(k, limit=120)
+    assert any(r["verdict"].startswith("ineffective (") and r["verdict"].endswith("of the predicted capacity)")
+               for r in rows)
+    record = status_record(its[-1], k, "auto", None, 0.0)
+    assert record["bottleneck"]["stage"] == "aggregate" and record["bottleneck"]["scalable"] is False
+    assert record["ceiling"]["scaleout"] == 2 and record["verdict"]["verdict"] in ("effective", "ineffective")
+    url = str(tmp_path / "store")
+    KnowledgeStore(url).save(k)
+    write_json(url, "sim", STATUS, record)
+    samples = {key: value for key, _, value in StoreCollector(url)._job("sim", 0.0)}
+    assert samples["bottleneck"] == {"stage": "aggregate", "scalable": "false"}
+    assert samples["ceiling"] == 2.0 and samples["verdict"]["verdict"] == record["verdict"]["verdict"]
+    job_detail("sim", url)  # `daedalus status sim`
+    text = flat(capsys.readouterr().out)
+    assert "bottleneck: stage aggregate saturated" in text and "ceiling 2 until" in text and "ineffective" in text
