@@ -15,20 +15,12 @@ Its parallelism is the number of partitions each micro-batch is split into (`rep
 slots work at once (n ≤ the cores of `local[cores]`). A rescale stops the query and starts it again from
 its checkpoint with the new n: the file source and sink's logs make that exactly once.
 
-Metrics (prometheus_client on 127.0.0.1:PORT, labels `app` and for slots `pod`), from each progress event:
-- `spark_streaming_input_rows_total`: rows the query read (the sum of each batch's `numInputRows`): its
-  rate is the throughput per wall-clock second;
-- `spark_streaming_input_rows_per_second`, `spark_streaming_processed_rows_per_second`: Spark's own
-  progress figures, per batch (rows per second between trigger starts; rows per second of batch duration) —
-  a micro-batch figure, not a rate per wall-clock second, so the monitor uses the counter above;
-- `spark_streaming_source_offsets_behind_latest`: rows fed but not yet read;
-- `spark_streaming_query_start_time_seconds`: when the running query started (the job's uptime);
-- `java_lang_operatingsystem_processcpuload{pod="slot-k"}`: per task slot, the JVM's CPU (cores used over
-  the last 5 s, from /proc) divided by n;
-- `spark_streaming_trigger_busy_ratio{pod="slot-k"}`: the share of the last 5 s in which a micro-batch was
-  running (sampled every 0.2 s). It reaches 1 exactly when the job saturates, even when other processes
-  take part of the cores — which CPU per slot does not (see docs/connectors.md);
-- `kafka_server_brokertopicmetrics_messagesin_total{topic}`: rows fed (the feeder is the broker).
+Metrics (prometheus_client on 127.0.0.1:PORT): the progress listener any job adds (runtime/spark_progress.py), on
+the query named `--app`, with the task slots as its workers (`executor="slot-k"`); and two series a Kafka broker and
+source would give a real job:
+- `kafka_server_brokertopicmetrics_messagesin_total{topic}`: rows fed (the feeder is the broker);
+- `spark_streaming_source_backlog_rows{query, topic}`: rows fed but not yet read. A file source's offsets count
+  files, not rows, so the listener cannot read a backlog from them; the demo writes it into the listener's series.
 """
 
 from __future__ import annotations
@@ -42,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from daedalus.connectors.spark_local import read_json, write_json
+from daedalus.runtime.spark_progress import ProgressExporter
 
 SCHEMA = "id LONG, t DOUBLE, payload STRING"
 
@@ -79,54 +72,22 @@ class Feeder(threading.Thread):
 
 
 class Metrics:
-    """The job's metrics, updated from each progress event."""
+    """The job's metrics: the progress listener's, over its task slots, and the broker's rows fed."""
 
     def __init__(self, app: str, topic: str, port: int) -> None:
         self.registry = CollectorRegistry()
-        r, labels = self.registry, ["app"]
-        self.read = Counter("spark_streaming_input_rows", "rows read by the query", labels, registry=r)
-        self.input = Gauge("spark_streaming_input_rows_per_second", "rows read per second", labels, registry=r)
-        self.processed = Gauge("spark_streaming_processed_rows_per_second", "rows per second of batch time", labels,
-                               registry=r)
-        self.behind = Gauge("spark_streaming_source_offsets_behind_latest", "rows fed, not yet read", labels,
-                            registry=r)
-        self.started = Gauge("spark_streaming_query_start_time_seconds", "start of the running query", labels,
-                             registry=r)
-        self.cpu = Gauge("java_lang_operatingsystem_processcpuload", "CPU per task slot", ["app", "pod"], registry=r)
-        self.busy = Gauge("spark_streaming_trigger_busy_ratio", "share of time in a micro-batch", ["app", "pod"],
-                          registry=r)
-        self.fed = Counter("kafka_server_brokertopicmetrics_messagesin", "rows fed", ["topic"], registry=r)
+        self.progress = ProgressExporter(self.slot_names, self.registry)
+        self.fed = Counter("kafka_server_brokertopicmetrics_messagesin", "rows fed", ["topic"], registry=self.registry)
         self.app, self.topic = app, topic
         self.fed.labels(topic).inc(0)
-        self.read.labels(app).inc(0)
-        self.server, _ = start_http_server(port, addr="127.0.0.1", registry=r)
+        self.server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         self.slots = 0
 
-    def set_slots(self, n: int) -> None:
-        for k in range(n, self.slots):  # a gone slot's series end (Prometheus writes staleness markers)
-            self.cpu.remove(self.app, f"slot-{k}")
-            self.busy.remove(self.app, f"slot-{k}")
-        self.slots = n
+    def slot_names(self) -> list[str]:
+        return [f"slot-{k}" for k in range(self.slots)]
 
-
-class CpuMeter:
-    """Cores the JVM used over the last `window_s`, from /proc/PID/stat (utime + stime)."""
-
-    def __init__(self, pid: int, window_s: float = 5.0) -> None:
-        self.path = Path(f"/proc/{pid}/stat")
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self.window_s = window_s
-        self.readings = [self._read()]
-
-    def _read(self) -> tuple[float, float]:
-        fields = self.path.read_text().rsplit(")", 1)[1].split()
-        return time.monotonic(), (int(fields[11]) + int(fields[12])) / self.tick
-
-    def cores(self) -> float:
-        now = self._read()
-        self.readings = [r for r in self.readings if r[0] >= now[0] - self.window_s] + [now]
-        (t0, c0), (t1, c1) = self.readings[0], now
-        return (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
+    def set_backlog(self, rows: int) -> None:
+        self.progress.backlog.labels(self.app, self.topic).set(rows)
 
 
 class Job:
@@ -146,12 +107,11 @@ class Job:
                       .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(cores))
                       .config("spark.sql.adaptive.enabled", "false").getOrCreate())
         self.spark.sparkContext.setLogLevel("ERROR")
-        self.cpu = CpuMeter(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
+        self.spark.streams.addListener(self.metrics.progress)
         self.feeder = Feeder(workdir / "input", rates, self.metrics.fed.labels(workdir.name))
         self.parallelism, self.decision = parallelism, None
         self.read_total = 0
         self.query: Any = None
-        self._busy: list[tuple[float, bool]] = []
 
     def _start_query(self) -> None:
         from pyspark.sql import functions as F
@@ -163,32 +123,21 @@ class Job:
         # `rounds` chained sha2 over the payload: a fixed CPU cost per row, spent in the JVM.
         rounds = F.sequence(F.lit(1), F.lit(self.rounds))
         digest = F.aggregate(rounds, F.col("payload"), lambda acc, _: F.sha2(acc, 256))
-        self.query = (df.select("id", "t", digest.alias("digest")).writeStream.format("parquet")
+        self.metrics.slots = self.parallelism
+        self.query = (df.select("id", "t", digest.alias("digest")).writeStream.queryName(self.metrics.app)
+                      .format("parquet")
                       .option("path", str(self.workdir / "output"))
                       .option("checkpointLocation", str(self.workdir / "checkpoint"))
                       .trigger(processingTime="1 second").start())
         self.started = time.time()
-        self.metrics.started.labels(self.metrics.app).set(self.started)
-        self.metrics.set_slots(self.parallelism)
         self._last_batch = -1
 
     def _publish(self) -> None:
-        app, n = self.metrics.app, self.parallelism
-        per_slot = min(self.cpu.cores() / n, 1.0)
-        now = time.monotonic()
-        self._busy = [b for b in self._busy if b[0] >= now - 5.0] + [(now, bool(self.query.status["isTriggerActive"]))]
-        busy = sum(active for _, active in self._busy) / len(self._busy)
-        for k in range(n):
-            self.metrics.cpu.labels(app, f"slot-{k}").set(per_slot)
-            self.metrics.busy.labels(app, f"slot-{k}").set(busy)
         p = self.query.lastProgress if self.query is not None else None
         if p and p["batchId"] != self._last_batch:
             self._last_batch = p["batchId"]
             self.read_total += int(p["numInputRows"])
-            self.metrics.read.labels(app).inc(int(p["numInputRows"]))
-            self.metrics.input.labels(app).set(float(p.get("inputRowsPerSecond") or 0.0))
-            self.metrics.processed.labels(app).set(float(p.get("processedRowsPerSecond") or 0.0))
-        self.metrics.behind.labels(app).set(max(self.feeder.fed - self.read_total, 0))
+        self.metrics.set_backlog(max(self.feeder.fed - self.read_total, 0))
 
     def _write_state(self) -> None:
         write_json(self.workdir / "state.json", {"parallelism": self.parallelism, "decision": self.decision,
@@ -200,9 +149,6 @@ class Job:
     def _rescale(self, wanted: int, decision: str | None) -> None:
         """Stop the query and start it again from its checkpoint with the new parallelism."""
         self.query.stop()
-        app = self.metrics.app
-        self.metrics.input.labels(app).set(0.0)
-        self.metrics.processed.labels(app).set(0.0)
         self.parallelism, self.decision = wanted, decision
         self._start_query()
         self._write_state()

@@ -2,7 +2,8 @@
 Prometheus and rescaled by the control loop (scale target `spark-local`: stop, restart from the checkpoint
 with the new scaleout).
 
-The job reads files a feeder writes at the workload's rate; its progress metrics are scraped every second.
+The job reads files a feeder writes at the workload's rate; its progress metrics, published by the listener any
+Spark job adds (runtime/spark_progress.py), are scraped every second and read by the default Spark queries.
 The loop runs every 10 s through models.loop.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
 decisions are reported but not acted on; two operator scale messages (1 → 2, then 2 → 1) go through the
 same loop and its execute phase, so the test knows when the rescales happen. It checks that the loop's
@@ -41,10 +42,6 @@ JOB = "spark-local"
 # part, it was not: records per busy second at a quarter of capacity read low (a micro-batch's fixed cost;
 # docs/engines.md), and the two-slot estimate once came out below the one-slot capacity.
 PROFILE = [8000] * 70 + [2500] * 30
-# Utilization per task slot: the share of time a micro-batch runs (1 exactly when saturated). The JVM's CPU per
-# slot stays well below 1 when the job saturates on a shared 2-core machine, and the capacity regression,
-# which extrapolates to utilization 1, would overestimate (measured and explained in docs/connectors.md).
-BUSY = "max by (pod) (spark_streaming_trigger_busy_ratio{${selector}})"
 
 
 def _wait_for(path, timeout: float) -> None:
@@ -69,7 +66,7 @@ def test_the_loop_rescales_a_local_spark_query_without_losing_or_duplicating_row
             _wait_for(workdir / "state.json", 120)
             cfg = LoopConfig(min_scaleout=1, max_scaleout=2, warmup_s=5, loop_interval_s=10, grace_s=10,
                              recent_rescale_s=10, checkpoint_interval=1, mode="dry-run")
-            queries = QuerySet(JOB, "spark", {"app": JOB}, {"topic": workdir.name}, {"cpu": BUSY}, 5, 3)
+            queries = QuerySet(JOB, "spark", {"query": JOB}, {"topic": workdir.name}, {}, 5, 3)
             scaler = SparkLocalScaler(workdir, ready_timeout_s=60)
             target = Target(JOB, PrometheusSource(JOB, queries, url, step_s=1), scaler, WallClock(), cfg)
             knowledge = Knowledge.new(JOB, cfg)

@@ -1,0 +1,71 @@
+"""The progress listener a user adds to their Spark job (runtime/spark_progress.py), fed progress events by hand.
+
+The events carry the fields and shapes a real Spark 4.3 query reports: offsets as JSON text (Kafka's
+`{"topic": {"partition": offset}}`, a file source's `{"logOffset": n}`), `durationMs` with `triggerExecution`,
+`latestOffset` None for a source that does not report it, the start time as ISO 8601 text.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from prometheus_client import generate_latest
+
+from daedalus.runtime.spark_progress import ProgressExporter, topic_backlog
+
+
+def _source(end: str | None, latest: str | None) -> SimpleNamespace:
+    return SimpleNamespace(endOffset=end, latestOffset=latest)
+
+
+def _progress(rows: int, batch_ms: int, *sources: SimpleNamespace, name: str | None = "orders") -> SimpleNamespace:
+    return SimpleNamespace(progress=SimpleNamespace(id="3f1c", name=name, numInputRows=rows,
+                                                    durationMs={"triggerExecution": batch_ms, "addBatch": 1},
+                                                    sources=list(sources)))
+
+
+def _samples(exporter: ProgressExporter) -> dict[str, float]:
+    text = generate_latest(exporter.registry).decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#") and "_created" not in line}
+
+
+def test_backlog_is_latest_minus_end_summed_over_partitions_per_topic():
+    kafka = _source('{"orders": {"0": 100, "1": 40}, "refunds": {"0": 7}}',
+                    '{"orders": {"0": 130, "1": 45}, "refunds": {"0": 7}}')
+    assert topic_backlog([kafka]) == {"orders": 35, "refunds": 0}
+    # Sources without Kafka's shape, or without a latest offset, say nothing: no made-up zero.
+    assert topic_backlog([_source('{"logOffset": 4}', '{"logOffset": 9}'), _source('{"orders": {"0": 3}}', None)]) == {}
+    # A partition absent from the end offsets has no known start (Kafka's earliest offset moves with retention): not
+    # counted; a latest offset behind the end (a source that reports it late) counts 0, not negative.
+    assert topic_backlog([_source('{"t": {"0": 10}}', '{"t": {"0": 8, "1": 5}}')]) == {"t": 0}
+
+
+def test_each_event_adds_its_rows_and_batch_time_and_sets_the_backlog():
+    exporter = ProgressExporter(lambda: ["1", "2"])
+    exporter.onQueryStarted(SimpleNamespace(id="3f1c", runId="r1", name="orders", timestamp="2026-11-26T19:00:00.500Z"))
+    kafka = ('{"orders": {"0": 1000, "1": 900}}', '{"orders": {"0": 1250, "1": 900}}')
+    exporter.onQueryProgress(_progress(1900, 800, _source(*kafka)))
+    exporter.onQueryProgress(_progress(600, 450, _source('{"orders": {"0": 1300, "1": 1200}}',
+                                                         '{"orders": {"0": 1320, "1": 1210}}')))
+    got = _samples(exporter)
+    assert got['spark_streaming_input_rows_total{query="orders"}'] == 2500
+    assert got['spark_streaming_batch_seconds_total{query="orders"}'] == 1.25
+    assert got['spark_streaming_source_backlog_rows{query="orders",topic="orders"}'] == 30
+    start = 1795719600.5  # date -u -d 2026-11-26T19:00:00Z +%s, and the half second
+    assert got['spark_streaming_query_start_time_seconds{query="orders"}'] == start
+    assert got['spark_streaming_executor_up{executor="1",query="orders"}'] == 1
+    assert got['spark_streaming_executor_up{executor="2",query="orders"}'] == 1
+
+
+def test_idle_means_no_backlog_and_workers_follow_the_executors():
+    executors = ["1", "2"]
+    exporter = ProgressExporter(lambda: list(executors))
+    exporter.onQueryProgress(_progress(10, 5, _source('{"orders": {"0": 1}}', '{"orders": {"0": 9}}'), name=None))
+    assert _samples(exporter)['spark_streaming_source_backlog_rows{query="3f1c",topic="orders"}'] == 8  # id: no name
+    executors.remove("1")
+    exporter.onQueryIdle(SimpleNamespace(id="3f1c", runId="r1", timestamp="2026-11-26T19:00:09Z"))
+    got = _samples(exporter)
+    assert got['spark_streaming_source_backlog_rows{query="3f1c",topic="orders"}'] == 0
+    assert 'spark_streaming_executor_up{executor="1",query="3f1c"}' not in got  # its series ends
+    assert got['spark_streaming_executor_up{executor="2",query="3f1c"}'] == 1
