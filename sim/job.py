@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from daedalus.models.planning.oracle import Instance
 from daedalus.models.types import Observation
+from daedalus.sim import foresight
 from daedalus.sim.simulator import Simulator
 
 
@@ -28,3 +32,10 @@ class SimulatedJob:
         before = self.sim.scaleout
         self.sim.scale(target)
         return f"scaled {job} {before} → {target} (decision {decision_id})"
+
+    def oracle_instance(self, loop_s: int, max_rescales: int, slo_s: float) -> Instance:
+        """The whole run in advance, for the offline optimum (models.planning.oracle.Foresight)."""
+        return foresight.instance(self.sim, loop_s, max_rescales, slo_s)
+
+    def seconds_over_slo(self, scaleouts: Sequence[int], loop_s: int, slo_s: float) -> int:
+        return foresight.seconds_over_slo(self.sim, scaleouts, loop_s, slo_s)

@@ -15,7 +15,7 @@ from daedalus.models.planning.policies.hpa import HPA
 
 def test_names_and_instances():
     assert set(policies.names()) == {"static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "daedalus",
-                                     "daedalus-paper"}
+                                     "daedalus-paper", "oracle"}
     hpa = policies.make("hpa-85", 12)
     assert isinstance(hpa, HPA) and hpa.target_utilization == 0.85 and hpa.name == "hpa-85"
     assert isinstance(policies.make("ds2", 12), DS2)
@@ -29,7 +29,7 @@ def test_names_and_instances():
 
 
 def test_unknown_policy_lists_the_known_ones():
-    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler"
+    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler, oracle"
     with pytest.raises(ValueError, match=rf"no policy 'hpa-90'; known: {known}"):
         policies.make("hpa-90", 12)
 
@@ -37,7 +37,7 @@ def test_unknown_policy_lists_the_known_ones():
 def test_bench_cli_rejects_an_unknown_policy(short_trace):
     result = CliRunner().invoke(app, ["bench", "policies", "--workloads", str(short_trace), "--policy", "static,k8s"])
     assert result.exit_code == 1
-    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler"
+    known = "daedalus, daedalus-paper, static, hpa-80, hpa-85, ds2, flink-autoscaler, oracle"
     assert f"no policy 'k8s'; known: {known}" in " ".join(result.output.split())
 
 

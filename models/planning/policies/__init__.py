@@ -10,12 +10,14 @@ from daedalus.models.planning.policies.daedalus import Daedalus
 from daedalus.models.planning.policies.ds2 import DS2
 from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler
 from daedalus.models.planning.policies.hpa import HPA
+from daedalus.models.planning.policies.oracle import Oracle
 
-__all__ = ["DS2", "HPA", "Baseline", "Daedalus", "FlinkAutoscaler", "Policy", "Static", "Step", "make", "names"]
+__all__ = ["DS2", "HPA", "Baseline", "Daedalus", "FlinkAutoscaler", "Oracle", "Policy", "Static", "Step", "make",
+           "names"]
 
 
 def names() -> tuple[str, ...]:
-    return ("daedalus", "daedalus-paper", "static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler")
+    return ("daedalus", "daedalus-paper", "static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "oracle")
 
 
 def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) -> Policy:
@@ -32,4 +34,6 @@ def make(name: str, max_scaleout: int, loop_config: LoopConfig | None = None) ->
         return DS2(max_scaleout)
     if name == "flink-autoscaler":
         return FlinkAutoscaler(max_scaleout)
+    if name == "oracle":
+        return Oracle()
     raise ValueError(f"no policy {name!r}; known: {', '.join(names())}")
