@@ -48,7 +48,7 @@ class OrdersReader(DataSourceStreamReader):
         end = self._end()["orders"]
         if isinstance(limit, ReadAllAvailable):
             return {"orders": end}
-        share = limit.maxRows // len(PARTITIONS)
+        share = limit.max_rows // len(PARTITIONS)
         return {"orders": {p: min(end[p], start["orders"][p] + share) for p in PARTITIONS}}
 
     def reportLatestOffset(self) -> dict:
