@@ -76,7 +76,8 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
             p, now, recovered, cfg.verify_after_s, loaded, model.saturated_throughput is not None):
         return Verified(notes=notes)
     observed = v.observed_capacity(a.capacity(p.target), obs.stages)
-    verdict = v.judge(p, observed, a.avg_workload, cfg.verify_tolerance)
+    overloaded = model.saturated_throughput is not None and a.avg_workload > observed
+    verdict = v.judge(p, observed, overloaded, cfg.verify_tolerance)
     result = v.Verification(p.decision_id, p.current, p.target, p.before, p.predicted, observed, verdict,
                             p.busy_before, v.busy_shares(obs.stages), k.bottleneck)
     entry.verdict, entry.capacity_ratio = verdict, round(result.ratio, 4)

@@ -43,18 +43,28 @@ def pending(current: int = 2, target: int = 4, before: float = 1000.0, predicted
     (2500.0, "effective"),
 ])
 def test_scale_out_verdicts_at_the_tolerance(observed: float, verdict: str) -> None:
-    assert v.judge(pending(), observed, workload=3000.0, tolerance=0.1) == verdict
+    assert v.judge(pending(), observed, overloaded=True, tolerance=0.1) == verdict
 
 
-@pytest.mark.parametrize(("observed", "workload", "verdict"), [
-    (900.0, 2000.0, "effective"),  # ≥ 0.9 × 1000 predicted
-    (800.0, 700.0, "partly effective"),  # short of the prediction but keeps up
-    (800.0, 850.0, "ineffective"),  # overloaded beyond the prediction, below what it had: roll forward
-    (1700.0, 2500.0, "partly effective"),  # short of the prediction, but lost nothing the job had at 4 (2,000 × 0.9)
+def test_a_scale_out_predicted_to_buy_no_more_than_the_noise_is_never_ineffective() -> None:
+    # 11 → 12 workers: predicted +9 %, within twice the tolerance of what the job had
+    small = pending(11, 12, 11_000.0, 12_000.0)
+    assert v.judge(small, 10_000.0, overloaded=True, tolerance=0.1) == "partly effective"  # not "bought nothing"
+    assert v.judge(small, 10_900.0, overloaded=True, tolerance=0.1) == "effective"  # ≥ 0.9 × 12,000
+
+
+@pytest.mark.parametrize(("observed", "overloaded", "verdict"), [
+    (900.0, True, "effective"),  # ≥ 0.9 × 1000 predicted
+    (800.0, False, "partly effective"),  # short of the prediction but keeps up
+    (800.0, True, "ineffective"),  # saturated beyond the prediction, below what it had: roll forward
 ])
-def test_scale_in_is_ineffective_only_when_it_overloads_the_job(observed, workload, verdict) -> None:
-    p = pending(4, 2, 2000.0, 1000.0) if observed < 1000 else pending(4, 2, 1800.0, 2000.0)
-    assert v.judge(p, observed, workload, 0.1) == verdict
+def test_scale_in_is_ineffective_only_when_it_overloads_the_job(observed, overloaded, verdict) -> None:
+    assert v.judge(pending(4, 2, 2000.0, 1000.0), observed, overloaded, 0.1) == verdict
+
+
+def test_a_rollback_that_keeps_the_capacity_is_not_undone() -> None:
+    # 8 → 2 predicted 1,646/s, observed 1,400/s: short of the prediction, but 8 had only 1,500/s
+    assert v.judge(pending(8, 2, 1500.0, 1646.0), 1400.0, True, 0.1) == "partly effective"
 
 
 def stage(name: str, busy: float, parallelism: int = 4, backpressured: float = 0.0, records: float = 1000.0,
@@ -159,7 +169,8 @@ def rescale_verdict(config: SimConfig, workload: float, current: int, target: in
     sim.scale(target)
     sim.advance(60)
     after = measured(sim, 600)
-    return v.judge(v.PendingVerification("d", current, target, before, predicted, 0.0, {}), after, workload, 0.1)
+    return v.judge(v.PendingVerification("d", current, target, before, predicted, 0.0, {}), after,
+                   workload > after, 0.1)
 
 
 NOISY = dict(max_scaleout=8, worker_capacity=1000.0, downtime_noise_s=0.0)

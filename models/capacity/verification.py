@@ -7,10 +7,11 @@ recovered (or `verify_after_s` after it at the latest), by what the job processe
 scale-out (the capacity model's estimate there, bounded by each stage's records per busy second) against
 
 - the capacity before the rescale, C_from, and the capacity predicted for the target, Ĉ_to, with the tolerance τ:
-- a scale-out is **ineffective** when C_to ≤ (1 + τ) · C_from (it bought nothing), **effective** when
-  C_to ≥ (1 − τ) · Ĉ_to, else **partly effective**, with the ratio C_to / Ĉ_to;
+- a scale-out is **ineffective** when C_to ≤ (1 + τ) · C_from (it bought nothing; only judged when it was predicted
+  to buy more than the noise, Ĉ_to > (1 + 2τ) · C_from), **effective** when C_to ≥ (1 − τ) · Ĉ_to, else **partly
+  effective**, with the ratio C_to / Ĉ_to;
 - a scale-in is **ineffective** when it overloaded the job beyond its prediction: C_to < (1 − τ) · Ĉ_to, it lost
-  capacity the job had (C_to < (1 − τ) · C_from) and the workload exceeds C_to.
+  capacity the job had (C_to < (1 − τ) · C_from) and the job runs saturated there, more arriving than processed.
 
 An ineffective scale-out is rolled back to the smallest scale-out that shows the same capacity within τ (observed
 there, else estimated), and a *ceiling* keeps the planner at or below that target for
@@ -162,16 +163,19 @@ def busy_shares(stages: Sequence[StageLoad]) -> dict[str, float]:
     return {s.name: s.busy for s in stages}
 
 
-def judge(pending: PendingVerification, observed: float, workload: float, tolerance: float) -> Verdict:
-    """The verdict on a rescale from the capacity observed at its target (see the module's docstring)."""
+def judge(pending: PendingVerification, observed: float, overloaded: bool, tolerance: float) -> Verdict:
+    """The verdict on a rescale from the capacity observed at its target (see the module's docstring). A scale-out
+    predicted to buy no more than the noise (2τ) cannot be told from one that bought nothing: never ineffective.
+    `overloaded`: the job ran saturated at the target with more arriving than it processed."""
     if pending.target > pending.current:
-        if observed <= (1 + tolerance) * pending.before:
+        measurable = pending.predicted > (1 + 2 * tolerance) * pending.before
+        if measurable and observed <= (1 + tolerance) * pending.before:
             return "ineffective"
         return "effective" if observed >= (1 - tolerance) * pending.predicted else "partly effective"
     if observed >= (1 - tolerance) * pending.predicted:
         return "effective"
     lost = observed < (1 - tolerance) * pending.before  # it gave up capacity the job had, and needs it
-    return "ineffective" if lost and workload > observed else "partly effective"
+    return "ineffective" if lost and overloaded else "partly effective"
 
 
 def ready_to_judge(pending: PendingVerification, now: float, recovered: bool, verify_after_s: float,
