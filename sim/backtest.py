@@ -150,15 +150,16 @@ def _observations(history: History, loop_s: float, warmup_s: float) -> list[Obse
     tp = history.rows.pivot_table(index="epoch", columns="worker", values="throughput", aggfunc="mean")
     cpu = history.rows.pivot_table(index="epoch", columns="worker", values="cpu", aggfunc="mean")
     tp, cpu = tp.reindex(index), cpu.reindex(index=index, columns=tp.columns)
+    workers, tps, cpus = list(tp.columns), tp.to_numpy(float), cpu.to_numpy(float)
     step = max(1, int(loop_s))
     out = []
     for a in range(0, history.seconds, step):
         window = slice(a, min(a + step, history.seconds))
-        present = [w for w in tp.columns if np.isfinite(tp[w].to_numpy()[window]).any()]
+        present = [k for k in range(len(workers)) if np.isfinite(tps[window, k]).any()]
         out.append(Observation(
             job=history.job, timestamps=history.timestamps[window], workload=history.workload[window],
-            throughput={w: tp[w].to_numpy(float)[window] for w in present},
-            cpu={w: cpu[w].to_numpy(float)[window] for w in present},
+            throughput={workers[k]: tps[window, k] for k in present},
+            cpu={workers[k]: cpus[window, k] for k in present},
             lag=history.lag[window], uptime_s=uptime[window].astype(float),
             scaleout=int(history.scaleout[window][-1])))
     return out
