@@ -257,7 +257,7 @@ class PrometheusSource:
         holds += raw.get("resets", [])
         return Observation(job=job, timestamps=ts, workload=series["workload"].values, throughput=throughput,
                            cpu=cpu, lag=series["lag"].values, uptime_s=series["uptime"].values,
-                           scaleout=current, step_s=self.step_s,
+                           scaleout=current, step_s=self.step_s, window_s=self.queries.window_s,
                            holds=tuple(holds), stages=raw.get("stages", ()))
 
     def _empty(self, job: str, until: float, range_s: float, budget: _Budget) -> Observation:

@@ -259,7 +259,8 @@ class QuerySet:
         self.templates = {**ENGINES[engine], **{k: named.get(k, {}).get(v.strip(), v) for k, v in overrides.items()}}
         self._selector = dict(selector)
         self._source = dict(source)
-        self._window = duration(max(window_s, 1.0))
+        self.window_s = max(window_s, 1.0)  # the rate window, seconds: how far back each value reaches
+        self._window = duration(self.window_s)
         self._stale = duration(window_s / 2 if stale_s is None else stale_s)
         self._matchers = matchers(self._selector, f"job {job!r}: field selector")
         for key, template in self.templates.items():  # fail at load time, not in the loop

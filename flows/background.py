@@ -9,6 +9,7 @@ to the job's inbox; the loop applies it, so they never block or race the loop.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -20,24 +21,32 @@ from daedalus.connectors.lake import Lake
 from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
 from daedalus.connectors.targets import resolve
 from daedalus.flows.mape_k import FORECAST_POOR, RESCALED
+from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ValidationError
 from daedalus.tasks import recovery as recovery_tasks
 from daedalus.tasks import retrain as retrain_tasks
 from daedalus.tasks.publish import artifact_key
 
-RECOVERY_WAIT_MIN_S = 600.0  # a monitor waits for recovery at least this long ...
-RECOVERY_WAIT_MAX_S = 1800.0  # ... and at most this long
+RECOVERY_WAIT_MAX_S = 1800.0  # a monitor waits for recovery at most this long
 RECOVERY_DEADLINE_S = RECOVERY_WAIT_MAX_S + 120.0  # Prefect fails a monitor still running then, whatever it waits on
 
 
-def recovery_wait_s(predicted_recovery_s: float | None, timeout_s: float | None = None) -> float:
-    """How long a monitor polls: twice the predicted recovery time within [10, 30] minutes (30 without a
-    prediction); a `timeout_s` given is kept, up to 30 minutes, so the poll always ends before the deadline."""
+def recovery_wait_s(predicted_recovery_s: float | None, cfg: LoopConfig, timeout_s: float | None = None) -> float:
+    """How long a monitor polls: twice the predicted recovery time, at least the job's recovery target (a recovery
+    that takes longer is news worth waiting for), at most its `max_recovery_s` (the loop follows no longer) and 30
+    minutes; the longest without a prediction. A `timeout_s` given is kept, up to 30 minutes, so the poll always ends
+    before the deadline. The job's own durations, so a loop on a compressed clock (the Flink demo) waits compressed.
+
+    >>> cfg = LoopConfig()
+    >>> recovery_wait_s(108.0, cfg), recovery_wait_s(500.0, cfg), recovery_wait_s(None, cfg)
+    (600.0, 1000.0, 1800.0)
+    """
+    longest = min(cfg.max_recovery_s, RECOVERY_WAIT_MAX_S)
     if timeout_s is not None:
         return min(timeout_s, RECOVERY_WAIT_MAX_S)
     if predicted_recovery_s is None or not math.isfinite(predicted_recovery_s):
-        return RECOVERY_WAIT_MAX_S
-    return min(max(2.0 * predicted_recovery_s, RECOVERY_WAIT_MIN_S), RECOVERY_WAIT_MAX_S)
+        return longest
+    return min(max(2.0 * predicted_recovery_s, cfg.target_recovery_time), longest)
 
 
 def triggers(lake_url: str | None = None) -> dict[str, list[DeploymentEventTrigger]]:
@@ -77,23 +86,40 @@ def recovery_monitor(
     timeout_s: float | None = None,
     poll_s: float = 15.0,
 ) -> dict[str, Any]:
-    """Polls for `recovery_wait_s` at most; a run stuck past `RECOVERY_DEADLINE_S` (a hung metrics call) is failed
-    by Prefect, so no monitor outlives its purpose."""
-    timeout_s = recovery_wait_s(predicted_recovery_s, timeout_s)
+    """Polls for `recovery_wait_s` at most, and stops as soon as the ledger has the recovery (the loop noticed it
+    first); a run stuck past `RECOVERY_DEADLINE_S` (a hung metrics call) is failed by Prefect, so no monitor outlives
+    its purpose. The prediction is the ledger's (an approved or manual rescale's event carries none)."""
+    store = KnowledgeStore(store_url)
     target, _ = resolve(job, store_url, jobs_file)
-    knowledge = KnowledgeStore(store_url).load(job).knowledge
+    knowledge = store.load(job).knowledge
+    entry = knowledge.entry(decision) if knowledge is not None else None
+    if entry is not None and entry.predicted_recovery_s is not None:
+        predicted_recovery_s = entry.predicted_recovery_s
+    timeout_s = recovery_wait_s(predicted_recovery_s, target.config, timeout_s)
     detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)
     result = recovery_tasks.follow_task(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s,
-                                        poll_s)
+                                        poll_s, partial(_settled, store, job, decision))
     direction = "a rescale" if from_scaleout is None or to_scaleout is None else (
         f"{'scale-out' if to_scaleout > from_scaleout else 'scale-in'} {from_scaleout} → {to_scaleout}")
+    predicted = "none within the horizon" if predicted_recovery_s is None else f"{predicted_recovery_s:.0f} s"
     if result.recovered:
         recovery_tasks.record(store_url, result)
-        get_run_logger().info("%s recovered from %s in %.0f s (predicted %s)", job, direction,
-                              result.observed_recovery_s, predicted_recovery_s)
+        get_run_logger().info("%s recovered from %s in %.0f s (predicted: %s)", job, direction,
+                              result.observed_recovery_s, predicted)
     else:
-        get_run_logger().warning("%s did not recover from %s within %.0f s", job, direction, timeout_s)
+        get_run_logger().warning("%s: no recovery from %s observed (predicted: %s); %s", job, direction, predicted,
+                                 result.reason)
     return recovery_tasks.publish(result, direction)
+
+
+def _settled(store: KnowledgeStore, job: str, decision: str) -> float | None:
+    """The observed recovery time the ledger already has for `decision` (the loop noticed it first), else None."""
+    try:
+        knowledge = store.load(job).knowledge
+    except Exception:  # an unreadable store is the loop's to report; the monitor keeps watching the metrics
+        return None
+    entry = knowledge.entry(decision) if knowledge is not None else None
+    return None if entry is None else entry.observed_recovery_s
 
 
 @flow(name="retrain-forecaster", description="Retrain one job's forecaster in the background (its forecasts "

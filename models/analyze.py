@@ -17,25 +17,30 @@ from daedalus.models.recovery.anomaly import downtime_s, learn_normal, total_thr
 from daedalus.models.types import Analysis, Observation
 from daedalus.models.validation import validate_observation
 
-__all__ = ["NOISE_FLOOR", "analyze", "follow_recovery", "total_throughput"]  # total_throughput: models.anomaly's
+__all__ = ["analyze", "follow_recovery", "total_throughput"]  # total_throughput: models.anomaly's
 
 
-NOISE_FLOOR = 0.01  # residuals within 1 % of the workload are noise, whatever the learned std says
-
-
-def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recovery_s: float) -> float | None:
+def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recovery_s: float,
+                    sound: bool = True) -> float | None:
     """Learn normal workload − throughput, or follow a rescale until recovered (``daedalus.models.recovery.anomaly``).
 
-    Returns the observed recovery time when this observation ends a recovery.
+    Only a `sound` observation teaches what normal is; a rescale is followed through any observation with samples:
+    around a rescale most are held (a worker missing, the scale-out in flux, a catch-up faster than the arrivals),
+    and those are the points that show the downtime and the catch-up. Returns the observed recovery time when this
+    observation ends a recovery.
     """
     watch = k.watch
     if watch is None:
-        learn_normal(k.anomaly, obs, warmup_s, NOISE_FLOOR)
+        if sound:
+            learn_normal(k.anomaly, obs, warmup_s)
+        return None
+    if not _aligned(obs):
         return None
     if obs.end - watch.rescale_time > max_recovery_s:
         entry = k.entry(watch.decision_id)
         if entry is not None:
-            entry.history.append((obs.end, f"recovery not observed within {max_recovery_s:.0f} s"))
+            entry.history.append((obs.end, f"recovery not observed within {max_recovery_s:.0f} s: "
+                                           f"{watch.tracker.status}"))
         k.watch = None
         return None
     watch.restart_time = track_recovery(watch.tracker, obs, watch.restart_time)
@@ -44,6 +49,13 @@ def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recover
         return None
     k.settle_recovery(watch.decision_id, observed, downtime_s(watch.rescale_time, watch.restart_time), recovered_at)
     return observed
+
+
+def _aligned(obs: Observation) -> bool:
+    """Whether the observation has samples and every series has one per timestamp (a held one may not)."""
+    shape = obs.timestamps.shape
+    series = (obs.workload, obs.uptime_s, *obs.throughput.values())
+    return obs.timestamps.size > 0 and all(np.shape(s) == shape for s in series)
 
 
 def quarantine_hold(job: str, quarantine: str, workload: float, capacity: float, scaleout: int) -> str:
@@ -63,7 +75,7 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
     if sound:
         k.capacity.update(obs)
         k.forecaster.observe(obs.timestamps, obs.workload)
-        follow_recovery(k, obs, cfg.warmup_s, cfg.max_recovery_s)
+    follow_recovery(k, obs, cfg.warmup_s, cfg.max_recovery_s, sound)
     if obs.timestamps.size and np.isfinite(obs.end) and (k.last_observation_end or -np.inf) < obs.end:
         k.last_observation_end = obs.end
     k.loops += 1

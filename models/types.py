@@ -60,6 +60,9 @@ class Observation:
     uptime_s: np.ndarray  # seconds since the last (re)start
     scaleout: int  # current scale-out
     step_s: float = 1.0
+    # How far back each value reaches: a rate over the last `window_s` seconds (Prometheus' rate windows); 0 for values
+    # of their own instant (the simulator's per-second counts). Recovery is over where a whole window is normal.
+    window_s: float = 0.0
     holds: tuple[str, ...] = ()
     stages: tuple[StageLoad, ...] = ()  # per stage over the window, where the engine publishes it (Flink, simulator)
 

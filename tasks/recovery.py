@@ -4,7 +4,8 @@ The detector's normal statistics come from the job's knowledge (learned by the l
 for a job without them, from the window before the rescale. The downtime is the time from the rescale to the
 restart the metrics report (uptime since the last restart). Reads metrics only: the result goes to the job's
 inbox as a "recovered" message, and the loop applies it (the ledger's observed recovery time is set once,
-whichever of the loop and this flow notices the recovery first).
+whichever of the loop and this flow notices the recovery first: a monitor stops as soon as the ledger has it).
+A poll whose metrics cannot be read is retried at the next poll; the monitor always ends at its wait, with why.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.inbox import Inbox
-from daedalus.models.errors import ValidationError
+from daedalus.models.errors import ConnectorError, ValidationError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
 from daedalus.models.recovery.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
@@ -38,6 +39,7 @@ class Recovery:
     observed_recovery_s: float | None  # None: not recovered before the timeout
     downtime_s: float | None
     waited_s: float  # on the job's clock
+    reason: str = ""  # how it ended: recovered, noticed by the loop, or why the monitor gave up
 
     @property
     def recovered(self) -> bool:
@@ -61,31 +63,44 @@ def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: f
 
 def follow(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
            detector: AnomalyDetector, timeout_s: float, poll_s: float,
-           sleep: Callable[[float], None] = time.sleep) -> Recovery:
-    """Poll the job's metrics from the rescale on until recovery, or until `timeout_s` passed (job clock or wall).
+           sleep: Callable[[float], None] = time.sleep,
+           settled: Callable[[], float | None] = lambda: None) -> Recovery:
+    """Poll the job's metrics from the rescale on until recovery, until `settled` returns the recovery the ledger
+    already has (the loop noticed it first), or until `timeout_s` passed (job clock or wall).
 
     Only the polling is here: what recovery and downtime are is `daedalus.models.recovery.anomaly`'s, as in the loop.
     """
     tracker = RecoveryTracker(rescale_time, detector)
-    since, restart = rescale_time - 1.0, None
+    since, restart, unreadable = rescale_time - 1.0, None, ""
     started = time.monotonic()
     while True:
         now = target.clock.now()
-        obs = target.metrics.observe(target.job, since, now)
-        restart = track_recovery(tracker, obs, restart)
-        if obs.timestamps.size:
-            since = float(obs.timestamps[-1])
+        try:
+            obs = target.metrics.observe(target.job, since, now)
+        except ConnectorError as exc:  # a job stopped, a Prometheus restarting: try again at the next poll
+            unreadable = f"; the metrics could not be read at the last poll ({exc})"
+        else:
+            unreadable = ""
+            restart = track_recovery(tracker, obs, restart)
+            if obs.timestamps.size:
+                since = float(obs.timestamps[-1])
         waited = now - rescale_time
-        if tracker.recovered or waited >= timeout_s or time.monotonic() - started >= timeout_s:
-            return Recovery(target.job, decision, rescale_time, predicted_recovery_s, tracker.observed_recovery_s,
-                            downtime_s(rescale_time, restart), waited)
+        ledger = None if tracker.recovered else settled()
+        if tracker.recovered or ledger is not None or waited >= timeout_s or time.monotonic() - started >= timeout_s:
+            observed = tracker.observed_recovery_s if ledger is None else ledger
+            reason = tracker.status if ledger is None else f"recovered in {ledger:.0f} s, noticed first by the loop"
+            if observed is None:
+                reason = f"gave up after {waited:.0f} s (its wait is {timeout_s:.0f} s): {reason}{unreadable}"
+            return Recovery(target.job, decision, rescale_time, predicted_recovery_s, observed,
+                            downtime_s(rescale_time, restart), waited, reason)
         sleep(poll_s)
 
 
 @task(name="follow-recovery", cache_policy=NO_CACHE)
 def follow_task(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
-                detector: AnomalyDetector, timeout_s: float, poll_s: float) -> Recovery:
-    return follow(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s, poll_s)
+                detector: AnomalyDetector, timeout_s: float, poll_s: float,
+                settled: Callable[[], float | None]) -> Recovery:
+    return follow(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s, poll_s, settled=settled)
 
 
 @task(name="record-recovery", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
@@ -101,11 +116,12 @@ def recovery_markdown(r: Recovery, direction: str) -> str:
         return "—" if x is None or not math.isfinite(x) else f"{x:.0f} s"
 
     verdict = f"recovered in **{s(r.observed_recovery_s)}**" if r.recovered else \
-        f"**not recovered** within {s(r.waited_s)}"
+        f"**not recovered** within {s(r.waited_s)}: {r.reason}"
     error = "" if not (r.recovered and r.predicted_recovery_s is not None) else \
         f" (observed − predicted: {r.observed_recovery_s - r.predicted_recovery_s:+.0f} s)"
+    predicted = s(r.predicted_recovery_s) if r.predicted_recovery_s is not None else "none within the horizon"
     return (f"# {r.job}: recovery after {direction}\n\n- decision `{r.decision}`: {verdict}{error}\n"
-            f"- predicted recovery time: {s(r.predicted_recovery_s)}\n- observed downtime: {s(r.downtime_s)}\n")
+            f"- predicted recovery time: {predicted}\n- observed downtime: {s(r.downtime_s)}\n")
 
 
 @task(name="publish-recovery", cache_policy=NO_CACHE)

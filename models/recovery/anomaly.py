@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from daedalus.models.capacity.model import BACKLOG_S
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.recovery.detector import AnomalyDetector
 from daedalus.models.state import number, numbers
@@ -49,16 +50,19 @@ def residual(obs: Observation) -> np.ndarray:
     return obs.workload - total_throughput(obs)
 
 
-def learn_normal(detector: AnomalyDetector, obs: Observation, warmup_s: float, noise_floor: float = 0.0) -> None:
-    """Teach `detector` the residual of the observation's steady samples (past the warm-up after a restart).
+def learn_normal(detector: AnomalyDetector, obs: Observation, warmup_s: float) -> None:
+    """Teach `detector` the residual of the observation's samples in normal operation: steady (past the warm-up after
+    a restart) and keeping up, its backlog under `BACKLOG_S` seconds of arrivals.
 
-    With a `noise_floor`, the detector's ``min_std`` becomes that share of the steady mean workload: residuals
-    that small are noise whatever the learned std says (the loop sets 1 %; see ``AnomalyDetector``).
+    A saturated job's residual (workload − capacity, growing with the workload) is not the noise of a job that keeps
+    up: learned as normal, it widens the band until the downtime of the next rescale, or the crossing from saturation
+    to catch-up, reads as normal (on a real Flink the band grew to ±350 records/s and a backlog of 120,000 records
+    "recovered" as its residual crossed zero).
     """
     steady = obs.uptime_s >= warmup_s
-    detector.update_many(residual(obs)[steady])
-    if noise_floor and steady.any():
-        detector.min_std = noise_floor * float(np.mean(obs.workload[steady]))
+    with np.errstate(invalid="ignore"):
+        keeping_up = np.isfinite(obs.lag) & (obs.lag <= BACKLOG_S * np.maximum(obs.workload, 0.0))
+    detector.update_many(residual(obs)[steady & keeping_up])
 
 
 class RecoveryTracker:
@@ -74,13 +78,17 @@ class RecoveryTracker:
     consecutive
         Recovery ends at the first of this many normal points in a row.
     require_anomaly
-        Count a run of normal points only after the rescale has shown at least one anomalous point
-        (the downtime). Metrics lag the rescale by a scrape or two; without this, the normal points
-        just before the downtime becomes visible would report a recovery time near zero. A rescale
+        Count a run of normal points only after the rescale has disturbed the job: an anomalous point (the
+        downtime), or its restart (``restarted``). Metrics lag the rescale by a scrape or two; without this, the
+        normal points just before the downtime becomes visible would report a recovery time near zero. A rescale
         that never disturbs the series then never reports a recovery (``recovered_at`` stays None).
+    window_s
+        How far back each point's value reaches: a rate over the last `window_s` seconds (Prometheus'
+        ``rate(…[w])``) is normal only once its whole window is, so recovery ended at the start of the first
+        normal point's window, not at its stamp. 0 for values of their own instant.
 
     Points must arrive in time order; a point not later than the previous one is ignored (so
-    overlapping metric windows can be fed twice).
+    overlapping metric windows can be fed twice). Recovery never ends before the restart.
 
     Examples
     --------
@@ -92,6 +100,13 @@ class RecoveryTracker:
     ...     tracker.update(t, r)
     >>> tracker.recovered_at, tracker.observed_recovery_s
     (104.0, 4.0)
+
+    The same points as rates over 2 s: the first normal one, stamped 104, describes 102 to 104.
+
+    >>> windowed = RecoveryTracker(rescale_time=100.0, detector=detector, window_s=2.0)
+    >>> windowed.update_many([100, 101, 102, 103, 104, 105, 106], [0.0, 90.0, 0.2, -40.0, 0.5, -0.5, 0.1])
+    >>> windowed.observed_recovery_s
+    2.0
     """
 
     def __init__(
@@ -100,19 +115,25 @@ class RecoveryTracker:
         detector: AnomalyDetector,
         consecutive: int = 3,
         require_anomaly: bool = True,
+        window_s: float = 0.0,
     ) -> None:
         if not math.isfinite(rescale_time):
             raise ValueError(f"rescale_time must be a finite epoch time, got {rescale_time!r}")
         if int(consecutive) != consecutive or consecutive < 1:
             raise ValueError(f"consecutive must be a whole number ≥ 1, got {consecutive!r}")
+        if not (math.isfinite(window_s) and window_s >= 0):
+            raise ValueError(f"window_s must be a finite number of seconds ≥ 0, got {window_s!r}")
         self.rescale_time = float(rescale_time)
         self.consecutive = int(consecutive)
         self.require_anomaly = bool(require_anomaly)
+        self.window_s = float(window_s)
         self._detector = AnomalyDetector.from_state(detector.to_state())
         self._seen_anomaly = False
         self._run_start: float | None = None
         self._run_length = 0
         self._last: float | None = None
+        self._last_residual: float | None = None
+        self._restart: float | None = None
         self._recovered_at: float | None = None
 
     @property
@@ -126,7 +147,8 @@ class RecoveryTracker:
 
     @property
     def recovered_at(self) -> float | None:
-        """Timestamp of the first of the ``consecutive`` normal points that end recovery."""
+        """When the job was normal again: the start of the window of the first of the ``consecutive`` normal
+        points that end recovery, not before the restart."""
         return self._recovered_at
 
     @property
@@ -135,34 +157,65 @@ class RecoveryTracker:
             return None
         return self._recovered_at - self.rescale_time
 
-    def update(self, timestamp: float, residual: float) -> None:
+    @property
+    def status(self) -> str:
+        """Where the recovery stands, in words: what a monitor that gives up says."""
+        if self._recovered_at is not None:
+            return f"recovered in {self.observed_recovery_s:.0f} s"
+        if self._last is None:
+            return "no metrics since the rescale"
+        d = self._detector
+        band = f"normal band {d.mean:,.0f} ± {d.band():,.0f}/s" if d.n >= 2 else "no normal band learned"
+        seen = f"{self._last - self.rescale_time:.0f} s of metrics after the rescale"
+        if self.require_anomaly and not self._seen_anomaly:
+            return (f"the rescale never disturbed workload − throughput ({band}) and no restart was seen in {seen}: "
+                    "nothing to recover from, or a disturbance too short for the metric's window")
+        last = "missing" if self._last_residual is None or not math.isfinite(self._last_residual) else \
+            f"{self._last_residual:,.0f}/s"
+        return (f"still recovering after {seen}: the last workload − throughput was {last} ({band}); "
+                f"{self._run_length} of {self.consecutive} normal points in a row")
+
+    def restarted(self, restart_time: float) -> None:
+        """The job restarted at `restart_time` (its uptime says so): the rescale disturbed it, even where the
+        metric's window smooths a downtime of seconds into the normal band; recovery cannot end before it."""
+        if self._recovered_at is None and math.isfinite(restart_time):
+            self._restart = max(float(restart_time), self.rescale_time)
+            self._seen_anomaly = True
+
+    def update(self, timestamp: float, residual: float, workload: float = 0.0) -> None:
+        """One point: `residual` (tuples/s) at `timestamp`, seen at `workload` (for the detector's noise floor)."""
         timestamp = float(timestamp)
         if self._recovered_at is not None or not math.isfinite(timestamp) or timestamp < self.rescale_time:
             return
         if self._last is not None and timestamp <= self._last:
             return
-        self._last = timestamp
-        if self._detector.is_anomalous(residual):
+        self._last, self._last_residual = timestamp, float(residual)
+        if self._detector.is_anomalous(residual, workload):
             self._seen_anomaly = True
             self._run_start, self._run_length = None, 0
             return
         if self.require_anomaly and not self._seen_anomaly:
             return
+        if self._restart is not None and timestamp < self._restart:
+            return
         if self._run_length == 0:
             self._run_start = timestamp
         self._run_length += 1
-        if self._run_length >= self.consecutive:
-            self._recovered_at = self._run_start
+        if self._run_length >= self.consecutive and self._run_start is not None:
+            self._recovered_at = max(self._run_start - self.window_s, self._restart or self.rescale_time)
 
-    def update_many(self, timestamps: object, residuals: object) -> None:
+    def update_many(self, timestamps: object, residuals: object, workloads: object = 0.0) -> None:
         timestamps = np.asarray(timestamps, dtype=float).ravel()
         residuals = np.asarray(residuals, dtype=float).ravel()
+        workloads = np.broadcast_to(np.asarray(workloads, dtype=float), timestamps.shape) if timestamps.size else \
+            np.asarray([], dtype=float)
         if timestamps.size != residuals.size:
             raise ValueError(
                 f"timestamps and residuals must have the same length, got {timestamps.size} and {residuals.size}"
             )
-        for timestamp, residual in zip(timestamps.tolist(), residuals.tolist(), strict=True):
-            self.update(timestamp, residual)
+        for timestamp, residual, workload in zip(timestamps.tolist(), residuals.tolist(), workloads.tolist(),
+                                                 strict=True):
+            self.update(timestamp, residual, workload)
             if self._recovered_at is not None:
                 return
 
@@ -172,13 +225,17 @@ class RecoveryTracker:
             "rescale_time": self.rescale_time,
             "consecutive": float(self.consecutive),
             "require_anomaly": float(self.require_anomaly),
+            "window_s": self.window_s,
             "seen_anomaly": float(self._seen_anomaly),
             "run_length": float(self._run_length),
             **{f"detector_{key}": value for key, value in self._detector.to_state().items()},
         }
-        for key, value in (("run_start", self._run_start), ("last", self._last), ("recovered_at", self._recovered_at)):
+        for key, value in (("run_start", self._run_start), ("last", self._last), ("restart", self._restart),
+                           ("recovered_at", self._recovered_at)):
             if value is not None:
                 state[key] = value
+        if self._last_residual is not None and math.isfinite(self._last_residual):
+            state["last_residual"] = self._last_residual
         return state
 
     @classmethod
@@ -189,14 +246,13 @@ class RecoveryTracker:
             {key.removeprefix("detector_"): value for key, value in state.items() if key.startswith("detector_")}
         )
         try:
-            tracker = cls(
-                values["rescale_time"], detector, int(values["consecutive"]), bool(values["require_anomaly"])
-            )
-        except ValueError as error:
+            tracker = cls(values["rescale_time"], detector, int(values["consecutive"]),
+                          bool(values["require_anomaly"]), float(state.get("window_s", 0.0)))
+        except (TypeError, ValueError) as error:
             raise KnowledgeError(f"{cls.__name__} state: {error}") from None
         tracker._seen_anomaly = bool(values["seen_anomaly"])
         tracker._run_length = int(values["run_length"])
-        for key in ("run_start", "last", "recovered_at"):
+        for key in ("run_start", "last", "restart", "recovered_at", "last_residual"):
             if key in state:
                 setattr(tracker, f"_{key}", number(cls, state, key))
         return tracker
@@ -215,7 +271,8 @@ def track_recovery(tracker: RecoveryTracker, obs: Observation, restart_time: flo
     rescale (its timestamp minus the uptime; up to one metric step earlier, for clocks that differ), or
     `restart_time`, already found in an earlier observation of the same recovery. Samples that still count the
     uptime from before are skipped: an engine may restart some seconds after the request (Flink at its next
-    checkpoint).
+    checkpoint). The restart tells the tracker the rescale disturbed the job (``RecoveryTracker.restarted``); the
+    observation's rate window becomes the tracker's ``window_s``.
 
     Examples
     --------
@@ -236,13 +293,17 @@ def track_recovery(tracker: RecoveryTracker, obs: Observation, restart_time: flo
     >>> track_recovery(late, obs)
     102.0
     """
+    tracker.window_s = max(tracker.window_s, obs.window_s)  # what the metrics' rates average over
     after = obs.timestamps > tracker.rescale_time
-    samples = zip(obs.timestamps[after].tolist(), residual(obs)[after].tolist(), obs.uptime_s[after].tolist(),
-                  strict=True)
-    for t, r, up in samples:
+    samples = zip(obs.timestamps[after].tolist(), residual(obs)[after].tolist(), obs.workload[after].tolist(),
+                  obs.uptime_s[after].tolist(), strict=True)
+    if restart_time is not None:
+        tracker.restarted(restart_time)
+    for t, r, w, up in samples:
         if restart_time is None and up > 0 and t - up >= tracker.rescale_time - obs.step_s:
             restart_time = t - up
-        tracker.update(t, r)
+            tracker.restarted(restart_time)
+        tracker.update(t, r, w)
         if tracker.recovered:
             break
     return restart_time
@@ -270,6 +331,7 @@ def observed_recovery_time(
     k: float = 1.0,
     consecutive: int = 3,
     require_anomaly: bool = True,
+    window_s: float = 0.0,
 ) -> float | None:
     """Seconds from ``rescale_time`` to the end of recovery, or None if the series never recovers.
 
@@ -299,14 +361,14 @@ def observed_recovery_time(
             "statistics must be learned before the rescale"
         )
     residual = workload - throughput
-    detector = AnomalyDetector(k)
+    detector = AnomalyDetector(k, noise_floor=0.0)
     detector.update_many(residual[timestamps < baseline_until])
     if detector.n < 2:
         raise ValueError(
             f"fewer than two finite points before baseline_until ({baseline_until}): nothing to learn "
             "normal operation from"
         )
-    tracker = RecoveryTracker(rescale_time, detector, consecutive, require_anomaly)
+    tracker = RecoveryTracker(rescale_time, detector, consecutive, require_anomaly, window_s)
     after = timestamps >= rescale_time
-    tracker.update_many(timestamps[after], residual[after])
+    tracker.update_many(timestamps[after], residual[after], workload[after])
     return tracker.observed_recovery_s

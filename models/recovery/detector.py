@@ -21,7 +21,11 @@ from daedalus.models.errors import KnowledgeError
 from daedalus.models.state import numbers
 from daedalus.models.stats import RunningVariance
 
-__all__ = ["AnomalyDetector"]
+__all__ = ["NOISE_FLOOR", "AnomalyDetector"]
+
+# Residuals within this share of the workload are noise, whatever the learned std says: the std learned at one
+# workload is not the noise at another (two counters' rates scraped moments apart differ in proportion to the rate).
+NOISE_FLOOR = 0.01
 
 
 class AnomalyDetector:
@@ -31,10 +35,11 @@ class AnomalyDetector:
     ----------
     k
         A point x is anomalous when |x − mean| > k · std (the paper: one standard deviation).
-    min_std
-        A floor under std. A noise-free series (a simulator, a very steady job) has std 0, and then every
-        rounding error would be an anomaly and no recovery could ever end. The loop sets it to 1 % of the
-        workload. With a floor, a detector that learned fewer than two values judges around mean 0.
+    noise_floor
+        A floor under std, as a share of the workload at the point judged (``is_anomalous(x, workload)``). A
+        noise-free series (a simulator, a very steady job) has std 0, and then every rounding error would be an
+        anomaly and no recovery could ever end; and a std learned at a low workload is too narrow for the noise
+        at a high one. With a floor, a detector that learned fewer than two values judges around mean 0.
 
     A missing (non-finite) value teaches nothing: ``update`` skips it, and ``is_anomalous`` calls it
     anomalous, because a job that does not report is not known to be normal. With fewer than two
@@ -55,13 +60,13 @@ class AnomalyDetector:
     Pfister et al. (ICPE 2024), observed recovery time; Welford (1962).
     """
 
-    def __init__(self, k: float = 1.0, min_std: float = 0.0) -> None:
+    def __init__(self, k: float = 1.0, noise_floor: float = NOISE_FLOOR) -> None:
         if not (math.isfinite(k) and k > 0):
             raise ValueError(f"k (standard deviations) must be a positive number, got {k!r}")
-        if not (math.isfinite(min_std) and min_std >= 0):
-            raise ValueError(f"min_std must be a finite number ≥ 0, got {min_std!r}")
+        if not (math.isfinite(noise_floor) and noise_floor >= 0):
+            raise ValueError(f"noise_floor must be a finite share ≥ 0 of the workload, got {noise_floor!r}")
         self.k = float(k)
-        self.min_std = float(min_std)
+        self.noise_floor = float(noise_floor)
         self._stats = RunningVariance()
 
     @property
@@ -93,23 +98,31 @@ class AnomalyDetector:
     def merge(self, other: AnomalyDetector) -> None:
         self._stats.merge(other._stats)
 
-    def is_anomalous(self, x: float) -> bool:
+    def band(self, workload: float = 0.0) -> float:
+        """Half the width of the normal band at this workload: k · max(std, noise_floor · workload)."""
+        floor = self.noise_floor * abs(workload) if math.isfinite(workload) else 0.0
+        return self.k * max(self._stats.std if self._stats.n >= 2 else 0.0, floor)
+
+    def is_anomalous(self, x: float, workload: float = 0.0) -> bool:
+        """Whether residual `x`, seen at `workload` (tuples/s; 0: no floor), lies outside the normal band."""
         if not math.isfinite(x):
             return True
         if self._stats.n < 2:
-            return self.min_std > 0 and abs(x) > self.k * self.min_std
-        return abs(x - self._stats.mean) > self.k * max(self._stats.std, self.min_std)
+            band = self.band(workload)
+            return band > 0 and abs(x) > band
+        return abs(x - self._stats.mean) > self.band(workload)
 
     def to_state(self) -> dict[str, float]:
-        return {"k": self.k, "min_std": self.min_std, **self._stats.to_state()}
+        return {"k": self.k, "noise_floor": self.noise_floor, **self._stats.to_state()}
 
     @classmethod
     def from_state(cls, state: Mapping[str, float]) -> AnomalyDetector:
         k = numbers(cls, state, ("k",))["k"]
         if k <= 0:
             raise KnowledgeError(f"{cls.__name__} state: k must be positive, got {k!r}")
-        detector = cls(k, float(state.get("min_std", 0.0)))
-        detector._stats = RunningVariance.from_state({key: state[key] for key in state if key not in ("k", "min_std")})
+        detector = cls(k, float(state.get("noise_floor", NOISE_FLOOR)))  # states before it had an absolute min_std
+        detector._stats = RunningVariance.from_state(
+            {key: state[key] for key in state if key not in ("k", "noise_floor", "min_std")})
         return detector
 
     def __repr__(self) -> str:

@@ -15,6 +15,9 @@ cores (the demo's default runs 12 minutes at 4×). The assertions are the issue'
   uptime) is within 3 s of the restart the log shows. A monitor whose first sample after the rescale predates
   Flink's restart (it comes at the next checkpoint, 1–4 s after the request) reports no downtime at all
   (`models.anomaly.track_recovery` keeps the job's previous start): those are printed, not compared;
+- every executed rescale has an observed recovery time (the paper's anomaly detector on workload − throughput, in
+  the ledger) within 20 % or 10 s of the time its backlog (the source's pending records) took to return to its
+  level before the rescale, and no recovery monitor ended otherwise than recovered or given up with its reason;
 - no JVM is left running, and the cluster stayed under 3 GiB resident.
 """
 
@@ -69,6 +72,12 @@ def test_the_loop_scales_a_real_flink_job_out_and_in_exactly_once(tmp_path):
             print("recovery monitor saw no restart:", rescale)
             continue
         assert abs(rescale["downtime_s"] - log["job_running_after_s"]) <= 3.0, rescale
+
+    for rescale in report["downtime_s"]:  # issue 27: the observed recovery, checked against the backlog
+        observed, backlog = rescale["observed_recovery_s"], rescale["backlog_recovery_s"]
+        assert observed is not None and backlog is not None, rescale
+        assert abs(observed - backlog) <= max(10.0, 0.2 * backlog), rescale
+        assert rescale["monitor"] and "Error" not in rescale["monitor"], rescale
 
     assert report["jvms_left"] == []
     assert report["peak_rss_bytes"] < 3 * 2**30
