@@ -424,7 +424,7 @@ def _backlog_recovery(s: bench_flink.Sampled, rescale_time: float) -> float | No
     """The independent measure: seconds from the rescale until the source's pending records (the trace's own
     due − emitted count, per second) are back to their level before it."""
     try:
-        return backlog_recovery_time(s.ts, s.lag, rescale_time)
+        return backlog_recovery_time(s.ts, s.lag, s.workload, rescale_time)
     except ValueError:  # no backlog sample before the rescale
         return None
 
