@@ -17,8 +17,8 @@ from daedalus.cli.common import (
     console,
     fail,
     one_jobs_file,
-    out,
     progress,
+    show,
 )
 from daedalus.cli.settings import HOW, api_url, prefect_api, resolve, save
 from daedalus.models.errors import DaedalusError
@@ -76,11 +76,11 @@ def deploy(
                     lake_url=lake_url, job_variables=variables, background=background,
                     on_progress=lambda done, total: bars.update(bar, completed=done, total=total))
             t = Table(title=f"{len(ids)} deployments applied in {seconds:.1f} s (work pool {settings.pool})")
-            t.add_column("deployment")
-            t.add_column("id")
+            t.add_column("deployment", no_wrap=True)
+            t.add_column("id", no_wrap=True)
             for name, did in sorted(ids.items()):
                 t.add_row(name, did)
-            out.print(t)
+            show(t)
             saved = save({"jobs_file": path, "store": store_url, "lake": None if no_lake else lake_url,
                           "pool": settings.pool, "prefect_api_url": url})
             console.print(f"Settings saved to {saved}: commands without options now use this fleet "

@@ -2,28 +2,39 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from daedalus.cli.common import console, fail
-from daedalus.connectors.store import DEFAULT_URL
+from daedalus.cli.common import JobsFile, Store, console, fail
+from daedalus.cli.settings import resolve
+from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.errors import DaedalusError
 from daedalus.runtime.exporter import DEFAULT_PORT, serve
 
 
 def exporter(
-    store: Annotated[str, typer.Option("--store", help="Knowledge store URL (a folder by default)")] = DEFAULT_URL,
+    store: Store = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to serve /metrics on")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option("--host", help="Address to bind (0.0.0.0 to be scraped from elsewhere)")]
     = "127.0.0.1",
-    jobs_file: Annotated[Path | None, typer.Option("--jobs-file", help="Export only the jobs of this jobs file")]
-    = None,
+    jobs_file: JobsFile = None,
 ) -> None:
-    """Serve every job's scale-out, decision, ledger and forecast for Prometheus until stopped (Ctrl-C, SIGTERM)."""
+    """Serve every job's scale-out, decision, ledger and forecast for Prometheus until stopped (Ctrl-C, SIGTERM).
+
+    The store and the jobs file are the settings in force, as for every command; with a jobs file, only its jobs
+    are exported.
+    """
     try:
-        serve(store, port, host, jobs_file,
-              ready=lambda url: console.print(f"Serving {url} from {store}; scrape it with Prometheus", soft_wrap=True))
+        resolved = resolve(store=store, jobs_file=jobs_file)
+        settings, where = resolved.settings, f"{resolved.settings.store} ({resolved.sources['store']})"
+        knowledge = KnowledgeStore(settings.store)
+        if not knowledge.fs.exists(knowledge.root):
+            console.print(f"[yellow]note:[/yellow] the store {where} does not exist yet: daedalus_exporter_store_up "
+                          "is 0 until a loop writes to it (`daedalus config` shows the settings in force)",
+                          soft_wrap=True)
+        serve(settings.store, port, host, settings.jobs_file,
+              ready=lambda url: console.print(f"Serving {url} from {where}; scrape it with Prometheus",
+                                              soft_wrap=True))
     except (OSError, DaedalusError) as exc:
         fail(exc)

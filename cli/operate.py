@@ -7,37 +7,21 @@ resume the proposal's waiting approval run through that API.
 
 from __future__ import annotations
 
-import getpass
 import json
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from daedalus.cli.common import JobsFile, Store, console, fail, out
-from daedalus.cli.settings import HOW, Resolved, api_url, known_job, prefect_api, resolve
+from daedalus.cli.common import Format, JobsFile, Output, Store, console, fail, out, print_json, show
+from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, prefect_api, resolve
 from daedalus.models.errors import ConfigurationError, DaedalusError
 from daedalus.models.text import duration, number, percent, utc
 
 Operator = Annotated[str | None, typer.Option(
     help="Who acts; recorded in the ledger (default: the settings' operator, else your login)", show_default=False)]
-
-
-def _user() -> str:
-    """Who acts when --operator is not given: the login, or `cli` where there is none (a container's uid)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "cli"
-
-
-USER = _user()
-
-
-def operator_in_force(option: str | None, resolved: Resolved) -> str:
-    """The option, else the settings' operator, else the login."""
-    return option or resolved.settings.operator or USER
 
 
 # --- status ------------------------------------------------------------------------------------------------
@@ -107,9 +91,14 @@ def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:
     return [(name, "?") for name in stored], "no jobs file configured: the jobs found in the store"
 
 
-def fleet_table(resolved: Resolved) -> Table:
-    """One row per job from the store, health and recommendation first, with its last runs when the Prefect
-    API answers."""
+FLEET = ("job", "health", "scale-out", "mode", "decision", "last action", "pending proposal", "last loop (UTC)")
+WIDE = ("capacity (tuples/s)", "workload (tuples/s)", "forecast peak (tuples/s)", "reason")
+
+
+def fleet(resolved: Resolved) -> tuple[list[dict[str, Any]], str, str]:
+    """One record per job of the jobs file in force (every job of the store without one): its stored status and
+    its last runs when the Prefect API answers; with the table's title and a caption saying what is missing."""
+    from daedalus.connectors.status import read_status
     from daedalus.connectors.switches import kill_switch
     from daedalus.tasks.dashboards import fleet_rows
 
@@ -128,26 +117,62 @@ def fleet_table(resolved: Resolved) -> Table:
             api_note = ""
         except Exception as exc:  # the store's view is still worth showing
             api_note = f"store only: the Prefect API failed ({type(exc).__name__}: {exc})"
+    records = []
+    for row in rows:
+        a, s = api.get(row["job"], {}), read_status(store_url, row["job"]) or {}
+        last_run = a.get("last") or ("" if not api else "no deployment" if not a else "")
+        records.append({**row, "status": s, "last run": last_run, "schedule paused": a.get("paused"),
+                        "start delay": a.get("late_s")})
     switch = kill_switch(store_url)
     title = f"{len(rows)} job(s) in {store_url}"
     if switch:
         title += f" — KILL SWITCH ON for all jobs (by {switch.get('operator')}: {switch.get('reason')})"
-    t = Table(title=title, caption="; ".join(n for n in (note, api_note) if n) or None)
-    for col in ("job", "health", "scale-out", "mode", "decision", "last action", "pending proposal",
-                "last loop (UTC)", "last run", "start delay"):
-        t.add_column(col)
-    for r in rows:
-        a = api.get(r["job"], {})
-        last_run = a.get("last") or ("" if not api else "no deployment" if not a else "")
-        if a.get("paused"):
-            last_run = f"{last_run} (schedule paused)".strip()
-        t.add_row(*(r[c] for c in ("job", "health", "scale-out", "mode", "decision", "last action",
-                                   "pending proposal", "last loop (UTC)")), last_run,
-                  duration(a.get("late_s"), unknown=""))
+    return records, title, "; ".join(n for n in (note, api_note) if n)
+
+
+def fleet_table(records: list[dict[str, Any]], title: str, caption: str, wide: bool) -> Table:
+    """Health and recommendation first, the last runs when the Prefect API answered; `wide` adds the figures the
+    last loop saw and its first reason."""
+    t = Table(title=title, caption=caption or None)
+    for col in (*FLEET, "last run", "start delay", *(WIDE if wide else ())):
+        t.add_column(col, no_wrap=col == "job")  # a job's name is never cut: the other columns wrap first
+    for r in records:
+        s = r["status"]
+        last_run = f"{r['last run']} (schedule paused)".strip() if r["schedule paused"] else r["last run"]
+        cells = [*(r[c] for c in FLEET), last_run, duration(r["start delay"], unknown="")]
+        if wide:
+            cells += [number(s.get("capacity"), unknown=""), number(s.get("workload"), unknown=""),
+                      number(s.get("forecast_peak"), unknown=""), (s.get("reasons") or [""])[0]]
+        t.add_row(*cells)
     return t
 
 
-def job_detail(job: str, store_url: str) -> None:
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(float(t), UTC).isoformat(timespec="seconds")
+
+
+def fleet_json(records: list[dict[str, Any]], store_url: str) -> dict[str, Any]:
+    """The fleet for scripts: values, not table cells (times in ISO 8601 UTC, numbers as numbers)."""
+    jobs = []
+    for r in records:
+        s = r["status"]
+        last, o = s.get("last_action"), s.get("override")
+        jobs.append({
+            "job": r["job"], "mode": r["mode"], "health": s.get("health") if s else r["health"],
+            "stale": bool(s) and r["health"].startswith("stale:"),
+            "scaleout": s.get("current"), "recommended": s.get("recommended"), "decision": s.get("kind"),
+            "reasons": s.get("reasons") or [], "capacity": s.get("capacity"), "workload": s.get("workload"),
+            "forecast_peak": s.get("forecast_peak"),
+            "last_action": None if not last else {**last, "time": _iso(last.get("time"))},
+            "pending": s.get("pending") and {**s["pending"], "expires": _iso(s["pending"].get("expires"))},
+            "held": None if not o else {**o, "until": _iso(o.get("until"))},
+            "paused": s.get("paused"), "last_loop": _iso(s.get("wall")), "last_run": r["last run"] or None,
+            "schedule_paused": r["schedule paused"], "start_delay_s": r["start delay"],
+        })
+    return {"store": store_url, "jobs": jobs}
+
+
+def job_detail(job: str, store_url: str, fmt: Format = Format.table) -> None:
     """One job in full: its last loop, pending proposal, ledger and inbox, so an operator can answer it. Values
     an older loop stored as infinite or missing show as such, never as a crash."""
     from daedalus.connectors.inbox import Inbox
@@ -159,6 +184,13 @@ def job_detail(job: str, store_url: str) -> None:
     k = KnowledgeStore(store_url).load(job).knowledge
     if status is None and k is None:
         raise DaedalusError(f"nothing stored for job {job!r} in {store_url}: has its loop run yet?")
+    waiting = [m for _, m in Inbox(store_url).pending(job)]
+    ledger = [] if k is None else ledger_rows(k, limit=15, full_reasons=True)
+    if fmt == Format.json:
+        print_json({"job": job, "status": status, "ledger": ledger,
+                    "pending": None if k is None or k.pending is None else vars(k.pending),
+                    "inbox": [{"kind": m.kind, "time": _iso(m.time), "message": m.describe()} for m in waiting]})
+        return
     if status:
         out.print(f"[bold]{job}[/bold] ({status.get('mode', '?')}): health {status.get('health') or '?'}; "
                   f"scale-out {status.get('current')}, recommended {status.get('recommended')} "
@@ -174,20 +206,20 @@ def job_detail(job: str, store_url: str) -> None:
             out.print("[yellow]  paused (kill switch for this job): `daedalus resume` to let it act again[/yellow]")
         if k.pending:
             out.print(f"[bold]  pending proposal {k.pending.id}: {k.pending.current} → {k.pending.target}[/bold] "
-                      f"(answer: daedalus approve|reject {k.pending.id})")
+                      f"(answer: daedalus approve|reject {k.pending.id})", soft_wrap=True)
         for line in verification_lines(k):  # the stage limiting the job, the ceiling in force
             out.print(f"  {line}", soft_wrap=True, markup=False)
         t = Table(title=f"ledger of {job} (newest first)")
-        rows = ledger_rows(k, limit=15, full_reasons=True)
-        for col in (rows[0] if rows else {"ledger": ""}):
-            t.add_column(col)
-        for row in rows:
+        for col in (ledger[0] if ledger else {"ledger": ""}):
+            t.add_column(col, no_wrap=col in ("time (UTC)", "scale-out", "decision"),
+                         ratio=2 if col in ("what happened", "reason") else None)
+        for row in ledger:
             t.add_row(*("" if v is None else str(v) for v in row.values()))
-        out.print(t)
-    waiting = Inbox(store_url).pending(job)
+        show(t)
     if waiting:
-        out.print(f"  inbox: {len(waiting)} message(s) waiting for the next loop run: "
-                  + ", ".join(f"{m.kind} {m.body}" for _, m in waiting), soft_wrap=True)
+        out.print(f"  inbox: {len(waiting)} message(s) waiting for the next loop run:", soft_wrap=True)
+        for m in waiting:
+            out.print(f"  • {utc(m.time)}: {m.describe()}", soft_wrap=True, markup=False)
 
 
 # --- approvals ---------------------------------------------------------------------------------------------
@@ -313,15 +345,23 @@ def status(
     job: Annotated[str | None, typer.Argument(help="One job (default: the fleet)")] = None,
     store: Store = None,
     jobs_file: JobsFile = None,
+    output: Output = Format.table,
 ) -> None:
-    """The fleet or one job: health, scale-out and recommendation, last action, pending proposal, last runs."""
+    """The fleet or one job: health, scale-out and recommendation, last action, pending proposal, last runs.
+
+    Piped or redirected, every row is one line and no job's name is cut; `--output json` is for scripts.
+    """
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
-        if job is None:
-            out.print(fleet_table(resolved))
-        else:
+        if job is not None:
             known_job(resolved, job)
-            job_detail(job, resolved.settings.store)
+            job_detail(job, resolved.settings.store, output)
+            return
+        records, title, caption = fleet(resolved)
+        if output == Format.json:
+            print_json(fleet_json(records, resolved.settings.store))
+        else:
+            show(fleet_table(records, title, caption, wide=output == Format.wide))
     except DaedalusError as exc:
         fail(exc)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,11 +12,6 @@ from rich.table import Table
 from daedalus.cli.common import FROM_SETTINGS, Lake, Store, console, fail, progress
 from daedalus.cli.settings import Resolved, resolve
 from daedalus.models.errors import DaedalusError
-
-
-def _quiet_prefect() -> None:
-    """A one-off flow run from a terminal sends no usage analytics."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _jobs(values: list[str] | None) -> list[str] | None:
@@ -74,7 +68,6 @@ def validate(
     resolved = _settings(lake=lake, store=store)
     # The default store folder is nobody's fleet: quarantine only in a store given or configured.
     store_url = None if resolved.sources["store"] == "default" else resolved.settings.store
-    _quiet_prefect()
     with progress() as bars:
         bars.add_task("validating the metric history on Spark", total=None)
         result = validate_metrics(lake_url=resolved.settings.lake, store_url=store_url, window_s=window_s, until=until,
@@ -101,7 +94,6 @@ def retrain(
     from daedalus.flows.pipeline import retrain_forecasters
 
     resolved = _settings(lake=lake, store=store)
-    _quiet_prefect()
     with progress() as bars:
         bars.add_task("retraining forecasters on Spark", total=None)
         result = retrain_forecasters(lake_url=resolved.settings.lake, store_url=resolved.settings.store,
@@ -118,7 +110,6 @@ def compact(
     from daedalus.flows.pipeline import compact_lake
 
     lake_url = _settings(lake=lake).settings.lake
-    _quiet_prefect()
     report = compact_lake(lake_url=lake_url, min_age_s=min_age_s)
     console.print(f"compacted {report['partitions']} partitions: {report['files_before']} files → "
                   f"{report['files_after']}, {report['duplicates_dropped']} duplicate rows dropped")

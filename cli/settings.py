@@ -10,6 +10,7 @@ settings it deployed with into that file, so afterwards every command without op
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 from collections.abc import Iterator
@@ -116,6 +117,19 @@ def prefect_api_url(resolved: Resolved) -> tuple[str | None, str]:
     return (profile_url, "Prefect profile") if profile_url else (None, "default")
 
 
+def login() -> str:
+    """Who acts when no operator is set: the login, or `cli` where there is none (a container's uid)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"
+
+
+def operator_in_force(option: str | None, resolved: Resolved) -> str:
+    """Who the ledger records as acting: the option, else the settings' operator, else the login."""
+    return option or resolved.settings.operator or login()
+
+
 def shown(name: str, value: Any) -> str:
     """A setting's value as `daedalus config` prints it: URLs without their credentials."""
     if value is None:
@@ -188,7 +202,7 @@ def config() -> None:
     without credentials, the Prefect API key only as set or not."""
     from rich.table import Table
 
-    from daedalus.cli.common import fail, out
+    from daedalus.cli.common import fail, show
 
     try:
         resolved = resolve()
@@ -206,10 +220,12 @@ def config() -> None:
     for name in Settings.model_fields:
         value, where = (url, source) if name == "prefect_api_url" else (getattr(resolved.settings, name),
                                                                          resolved.sources[name])
+        if name == "operator" and value is None:  # whom the ledger records: the login
+            value, where = operator_in_force(None, resolved), "login"
         t.add_row(name, ENV_NAMES[name], shown(name, value), where if where == "Prefect profile" else where.split()[0])
     from prefect.settings import PREFECT_API_KEY
 
     from_env = bool(os.environ.get("PREFECT_API_KEY"))
     t.add_row("Prefect API key", "PREFECT_API_KEY", "set (not shown)" if from_env or PREFECT_API_KEY.value()
               else "(not set)", "env" if from_env else "Prefect profile")
-    out.print(t)
+    show(t)

@@ -101,6 +101,7 @@ class JobSpec(Strict):
     scale_in_interval: NonNegativeDuration = LOOP.scale_in_interval
     mode: Mode = LOOP.mode
     approval_timeout: Duration = LOOP.approval_timeout
+    manual_hold: NonNegativeDuration = LOOP.manual_hold_s  # how long the loop keeps an operator's manual scale
     planner: Planner = LOOP.planner
     latency_slo: Duration = LOOP.latency_slo
     blackout: tuple[Blackout, ...] = ()
@@ -149,6 +150,7 @@ class JobSpec(Strict):
             scale_in_interval=self.scale_in_interval,
             mode=self.mode,
             approval_timeout=self.approval_timeout,
+            manual_hold_s=self.manual_hold,
             planner=self.planner,
             latency_slo=self.latency_slo,
         )

@@ -8,14 +8,14 @@ what the loop must do now (an approved or manual scale action) plus a line per m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
-from daedalus.models.knowledge import Knowledge
-from daedalus.models.text import utc
-from daedalus.models.types import Decision, LedgerEntry
+from daedalus.models.knowledge import Knowledge, Override
+from daedalus.models.text import duration, utc
+from daedalus.models.types import Decision, LedgerEntry, ScalingAction
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
 KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered",
@@ -42,30 +42,49 @@ class ControlMessage:
         if self.kind not in KINDS:
             raise ValueError(f"unknown control message kind {self.kind!r}; known: {', '.join(KINDS)}")
 
+    def describe(self) -> str:
+        """One line for people: `approve ads-1767225600 at scale-out 6 by alice`, not the body's dict."""
+        b = self.body
+        by = f" by {b['operator']}" if b.get("operator") else ""
+        why = f": {b['reason']}" if b.get("reason") else ""
+        if self.kind == "approve":
+            at = f" at scale-out {b['scaleout']}" if b.get("scaleout") else ""
+            return f"approve {b.get('proposal')}{at}{by}"
+        if self.kind == "reject":
+            return f"reject {b.get('proposal')}{by}{why}"
+        if self.kind == "scale":
+            return f"scale to {b.get('scaleout')}{by}{why}"
+        if self.kind == "recovered":
+            return f"recovery of {b.get('decision')} observed: {b.get('observed_recovery_s')} s"
+        if self.kind == "forecaster":
+            return "a retrained forecaster to swap in"
+        return f"{self.kind}{by}{why}"
+
 
 @dataclass
 class Applied:
     """What the loop must do after applying its inbox."""
 
     decision: Decision | None = None  # an approved or manual action to execute now
+    manual: bool = False  # whether `decision` is a manual scale (which the loop then keeps, `hold`)
     notes: list[str] = field(default_factory=list)
     closed: list[tuple[str, str]] = field(default_factory=list)  # (proposal, outcome) no operator will answer now
 
 
-def _supersede(k: Knowledge, out: Applied, by: str, now: float) -> None:
+def _supersede(k: Knowledge, out: Applied, by: str, now: float, wall_now: float) -> None:
     """A manual scale overtakes what an operator approved or has yet to answer: it is recorded, not left hanging."""
     earlier = out.decision
     if earlier is not None:
         entry = k.entry(earlier.id)
-        if entry is not None and entry.state == "approved":
-            entry.state = "superseded"
+        if entry is not None and entry.state in ("approved", "decided"):
+            entry.mark("superseded", wall_now)
             entry.history.append((now, f"superseded by {by} before it was executed"))
             out.notes.append(f"approved {earlier.id} superseded by {by}")
     p = k.pending
     if p is not None:
         entry = k.entry(p.id)
         if entry is not None:
-            entry.state = "superseded"
+            entry.mark("superseded", wall_now)
             entry.history.append((now, f"superseded by {by} while awaiting an operator"))
         k.pending = None
         out.closed.append((p.id, "superseded"))
@@ -101,7 +120,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             entry = k.entry(p.id)
             if msg.kind == "reject":
                 if entry is not None:
-                    entry.state = "rejected"
+                    entry.mark("rejected", wall_now, who)
                     entry.history.append((now, f"rejected by {who}: {b.get('reason', '')}".rstrip(": ")))
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
@@ -115,11 +134,12 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 out.notes.append(f"approval of {p.id} refused: {refusal}")
                 continue
             if entry is not None:
-                entry.state = "approved"
+                entry.mark("approved", wall_now, who)
                 entry.target = target
                 entry.history.append((now, f"approved by {who} at {target}"))
             k.pending = None
-            out.decision = _operator_decision(k, msg, current, target, f"approved by {who}")
+            k.override = None  # the operator took the loop's plan: the loop decides again
+            out.decision, out.manual = _operator_decision(k, msg, current, target, f"approved by {who}"), False
             out.notes.append(f"proposal {p.id} approved by {who}: {current} → {target}")
         elif msg.kind == "scale":
             target = int(b["scaleout"])
@@ -127,9 +147,13 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if refusal:
                 out.notes.append(f"manual scale refused: {refusal}")
                 continue
-            _supersede(k, out, f"a manual scale to {target} by {who}", now)
-            out.decision = _operator_decision(k, msg, current, target,
-                                              f"manual action by {who}: {b.get('reason', 'no reason given')}")
+            _supersede(k, out, f"a manual scale to {target} by {who}", now, wall_now)
+            out.decision, out.manual = _operator_decision(
+                k, msg, current, target, f"manual scale by {who}: {b.get('reason') or 'no reason given'}"), True
+            if out.decision.changes:
+                entry = _entry_of(out.decision, wall_now, who)
+                entry.events.append((wall_now, f"manual scale by {who}"))
+                k.record(entry)
             out.notes.append(f"manual scale by {who}: {current} → {target}")
         elif msg.kind in ("pause", "resume"):
             k.paused = msg.kind == "pause"
@@ -144,7 +168,8 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             why = f"released from quarantine by {who}: {b.get('reason') or 'no reason given'}"
             k.record(LedgerEntry(id=msg.id, time=now, current=current, target=current, kind="no-change",
-                                 reasons=(why,), state="decided", history=[(now, why)], wall=wall_now))
+                                 reasons=(why,), state="decided", history=[(now, why)], wall=wall_now, operator=who,
+                                 events=[(wall_now, f"released by {who}")]))
             out.notes.append(why)
         elif msg.kind == "recovered":
             k.settle_recovery(str(b.get("decision")), b.get("observed_recovery_s"), b.get("downtime_s"), now)
@@ -153,3 +178,47 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             k.forecaster.swap_model(Forecaster.from_state(b["state"]))
             out.notes.append("forecaster swapped for a retrained model")
     return out
+
+
+def _entry_of(d: Decision, wall_now: float, operator: str) -> LedgerEntry:
+    """The ledger entry of an operator's manual scale, recorded with who asked before execute applies it."""
+    return LedgerEntry(id=d.id, time=d.time, current=d.current, target=d.target, kind=d.kind, reasons=d.reasons,
+                       state="decided", wall=wall_now, operator=operator)
+
+
+# --- an operator's manual scale holds ------------------------------------------------------------
+
+
+def start_hold(cfg: LoopConfig, k: Knowledge, applied: Applied, action: ScalingAction | None, now: float,
+               wall_now: float) -> None:
+    """After a manual scale was executed, the loop keeps it for `cfg.manual_hold_s` (none when 0)."""
+    if not applied.manual or action is None or action.state != "executed" or cfg.manual_hold_s <= 0:
+        return
+    entry = k.entry(action.decision_id)
+    who = (entry.operator if entry is not None else None) or "an operator"
+    k.override = Override(action.decision_id, action.target, who, now + cfg.manual_hold_s,
+                          wall_now + cfg.manual_hold_s)
+    if entry is not None:
+        entry.history.append((now, f"held at {action.target} until {utc(k.override.until_wall)}: the loop keeps "
+                                   f"a manual scale for {duration(cfg.manual_hold_s)} (manual_hold), then plans again"))
+
+
+def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float) -> tuple[Decision, str | None]:
+    """The plan's decision while an operator's manual scale holds: a hold that names the operator and its end, with
+    the plan's choice among its reasons. Once the hold is over it ends here, with a note (returned) and in the
+    ledger."""
+    o = k.override
+    if o is None:
+        return d, None
+    if now >= o.until:
+        k.override = None
+        entry = k.entry(o.decision_id)
+        if entry is not None:
+            entry.history.append((now, "the hold ended: the loop plans again"))
+        return d, f"the hold of {o.operator}'s manual scale to {o.scaleout} ended: the loop plans again"
+    why = (f"held at {o.scaleout}: {o.operator} scaled by hand, so the loop takes no action of its own until "
+           f"{utc(o.until_wall)} (manual_hold {duration(cfg.manual_hold_s)})")
+    if not d.changes:
+        return replace(d, reasons=(why, *d.reasons)), None
+    plan = f"the plan, not taken: {d.kind} {d.current} → {d.target}"
+    return Decision(d.id, d.time, "hold", d.current, d.current, (why, plan, *d.reasons)), None

@@ -40,7 +40,9 @@ def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
 
 def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, *, dry_run: bool = False,
           note: str = "", journal: Journal | None = None, wall_now: float | None = None) -> ScalingAction:
-    """Scale now (or validate, with dry_run); idempotent on the decision id, write-ahead through `journal`."""
+    """Scale now (or validate, with dry_run); idempotent on the decision id, write-ahead through `journal`.
+    `wall_now` (default `now`) dates the ledger's events."""
+    wall = now if wall_now is None else wall_now
     entry = knowledge.entry(decision.id)
     if entry is not None and entry.state in ("executed", "dry-run", "executing", "abandoned"):
         return ScalingAction(decision.id, now, decision.current, decision.target, entry.state,
@@ -63,8 +65,9 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
         # target's own scale-out tells. Failed when it is there to read and not at the target, or was never readable.
         reached = _reported(scaler, knowledge.job) if readable else None
         if reached == decision.target:
-            entry.state, entry.message = "executed", f"{note}the target reports {reached} although the scaler " \
-                                                     f"failed ({exc}): the write took effect"
+            entry.message = (f"{note}the target reports {reached} although the scaler failed ({exc}): the write "
+                             "took effect")
+            entry.mark("executed", wall)
             entry.history.append((now, "executed (the target reports it)"))
             _rescaled(knowledge, entry, now)
             return ScalingAction(decision.id, now, decision.current, decision.target, "executed", entry.message)
@@ -73,10 +76,11 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
             entry.history.append((now, entry.message))
             return ScalingAction(decision.id, now, decision.current, decision.target, "executing", entry.message)
         knowledge.last_action = previous_action  # refused: nothing changed, the loop may try again
-        entry.state, entry.message = "failed", str(exc)
+        entry.message = str(exc)
+        entry.mark("failed", wall)
         entry.history.append((now, f"failed: {exc}"))
         return ScalingAction(decision.id, now, decision.current, decision.target, "failed", str(exc))
-    entry.state = "dry-run" if dry_run else "executed"
+    entry.mark("dry-run" if dry_run else "executed", wall)
     entry.message = f"{note}{message}"
     entry.history.append((now, entry.state))
     if not dry_run:
@@ -92,7 +96,7 @@ def _reported(scaler: Scaler, job: str) -> int | None:
         return None
 
 
-def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str]:
+def reconcile(knowledge: Knowledge, current: int | None, now: float, wall_now: float | None = None) -> list[str]:
     """Settle every intent a dead run left unfinished, from the scale-out the target reports now.
 
     Reached → `executed` (the rescale happened; its grace period and recovery count from the intent);
@@ -104,11 +108,11 @@ def reconcile(knowledge: Knowledge, current: int | None, now: float) -> list[str
         if entry.state != "executing" or current is None:
             continue
         if current == entry.target:
-            entry.state = "executed"
+            entry.mark("executed", now if wall_now is None else wall_now)
             entry.history.append((now, f"reconciled: the target is at {current}, the run that applied it died"))
             _rescaled(knowledge, entry, entry.time)
         else:
-            entry.state = "abandoned"
+            entry.mark("abandoned", now if wall_now is None else wall_now)
             entry.history.append((now, f"abandoned: the run died; the target is at {current}, not {entry.target}"))
             knowledge.last_action = max(knowledge.last_action or entry.time, entry.time)
         notes.append(f"unfinished action {entry.id} ({entry.current} → {entry.target}) {entry.state}: "
@@ -122,7 +126,7 @@ def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float, 
     entry = knowledge.entry(decision.id) or _entry(decision, wall_now)
     if knowledge.entry(decision.id) is None:
         knowledge.record(entry)
-    entry.state = "proposed"
+    entry.mark("proposed", now if wall_now is None else wall_now)
     entry.history.append((now, "proposed"))
     expires = (now if wall_now is None else wall_now) + ttl_s
     knowledge.pending = Proposal(decision.id, now, expires, decision.current, decision.target, decision.reasons)

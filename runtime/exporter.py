@@ -13,7 +13,7 @@ plain scrape config works with `daedalus_job`, as kube-state-metrics' `job_name`
 Series (gauges unless named `_total`; one series per job unless said otherwise):
 - `daedalus_current_scaleout`, `daedalus_recommended_scaleout`;
 - `daedalus_capacity_tuples_per_second` (at the current scale-out), `daedalus_workload_tuples_per_second`
-  (average over the last loop), `daedalus_forecast_peak_tuples_per_second` (next 15 minutes);
+  (average over the last loop), `daedalus_forecast_peak_tuples_per_second` (over the forecast's horizon, 30 min);
 - `daedalus_forecast_wape_ratio`: WAPE of the previous forecast, omitted before the first comparison;
 - `daedalus_predicted_recovery_seconds`, `daedalus_observed_recovery_seconds`: of the newest scaling decision in
   the ledger, each omitted while unknown (never Inf or NaN);
@@ -28,7 +28,8 @@ Series (gauges unless named `_total`; one series per job unless said otherwise):
   `daedalus_rescale_capacity_ratio` (observed over predicted capacity) of the newest judged rescale;
   `daedalus_bottleneck_info{stage, scalable}` = 1, the stage last seen limiting the job; `daedalus_ceiling_scaleout`
   while an ineffective scale-out's ceiling holds; each omitted while there is none;
-- the exporter's own: `daedalus_exporter_store_up` (the store could be listed), `daedalus_exporter_job_readable`
+- the exporter's own: `daedalus_exporter_store_up` (the store exists and could be listed: 0 for a folder that is not
+  there, which is what a wrong `--store` or `DAEDALUS_STORE` looks like), `daedalus_exporter_job_readable`
   (0 when a job's files could not be read this scrape), `daedalus_exporter_read_errors_total` (scrapes that
   could not read the job, since the exporter started), `daedalus_exporter_scrape_duration_seconds`.
 
@@ -42,6 +43,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -84,7 +86,7 @@ def _families() -> dict[str, Metric]:
         "recommended": gauge("daedalus_recommended_scaleout", "Scale-out the last loop run decided on"),
         "capacity": gauge("daedalus_capacity_tuples_per_second", "Modelled capacity at the current scale-out"),
         "workload": gauge("daedalus_workload_tuples_per_second", "Average workload over the last loop"),
-        "forecast_peak": gauge("daedalus_forecast_peak_tuples_per_second", "Peak of the 15-minute forecast"),
+        "forecast_peak": gauge("daedalus_forecast_peak_tuples_per_second", "Peak of the 30-minute forecast"),
         "wape": gauge("daedalus_forecast_wape_ratio", "WAPE of the previous forecast against what arrived"),
         "predicted": gauge("daedalus_predicted_recovery_seconds", "Predicted recovery time of the newest decision"),
         "observed": gauge("daedalus_observed_recovery_seconds", "Observed recovery time of the newest decision"),
@@ -137,6 +139,8 @@ class StoreCollector:
         started = time.perf_counter()
         families = _families()
         try:
+            if not self.store.fs.exists(self.store.root):
+                raise FileNotFoundError(f"{self.store.url} does not exist (has a loop written to this store yet?)")
             stored = self.store.jobs()
             families["store_up"].add_metric([], 1.0)
             self._note("the store", "")
@@ -309,10 +313,13 @@ def serve(store_url: str, port: int = DEFAULT_PORT, host: str = "127.0.0.1", job
 def main(argv: list[str] | None = None) -> None:
     """`python -m daedalus.runtime.exporter`: the exporter without the CLI (a container's command)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--store", default=DEFAULT_URL, help="knowledge store URL (a folder by default)")
+    # The environment as `daedalus exporter` reads it (cli/settings.py), without the CLI's settings file.
+    parser.add_argument("--store", default=os.environ.get("DAEDALUS_STORE") or DEFAULT_URL,
+                        help="knowledge store URL (default: $DAEDALUS_STORE, else a folder)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a container)")
-    parser.add_argument("--jobs-file", type=Path, help="export only the jobs of this jobs file")
+    parser.add_argument("--jobs-file", type=Path, default=os.environ.get("DAEDALUS_JOBS_FILE") or None,
+                        help="export only the jobs of this jobs file (default: $DAEDALUS_JOBS_FILE)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -24,7 +24,7 @@ from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.control import check_scaleout
 from daedalus.models.errors import DaedalusError
-from daedalus.models.text import capacity_source, utc
+from daedalus.models.text import capacity_source, duration, utc
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
@@ -57,6 +57,7 @@ class ApprovalRequest(BaseModel):
     lag: float
     forecast_peak: float
     forecast_method: str
+    forecast_horizon_s: float | None = None  # how far the forecast reaches; None in older requests
     predicted_recovery_s: float | None
     reasons: list[str]
     created: float  # the job's clock
@@ -73,6 +74,7 @@ def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec) -> Appr
         observed_load=[round(u, 3) for u in a.observed_load],
         recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
         avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
+        forecast_horizon_s=float(len(a.forecast.values)),
         predicted_recovery_s=d.predicted_recovery_s, reasons=list(p.reasons), created=p.created, expires=p.expires,
     )
 
@@ -81,6 +83,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
     """What the operator needs to decide: the proposal, the capacities behind it and why now."""
     direction = "Scale out" if r.proposed > r.current else "Scale in"
     rec = "n/a" if r.predicted_recovery_s is None else f"{r.predicted_recovery_s:,.0f} s"
+    ahead = "" if not r.forecast_horizon_s else f"next {duration(r.forecast_horizon_s)}, "
     lines = [
         f"# {r.job}: {direction} {r.current} → {r.proposed}?",
         "",
@@ -92,7 +95,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
         "|---|---:|---:|",
         f"| scale-out | {r.current} | **{r.proposed}** |",
         f"| capacity (tuples/s) | {r.capacities[r.current - 1]:,.0f} | {r.capacities[r.proposed - 1]:,.0f} |",
-        f"| workload: average last loop / forecast peak (15 min, {r.forecast_method}) | "
+        f"| workload: average last loop / forecast peak ({ahead}{r.forecast_method}) | "
         f"{r.avg_workload:,.0f} | {r.forecast_peak:,.0f} |",
         f"| predicted recovery time | | {rec} |",
         f"| consumer lag (tuples) | {r.lag:,.0f} | |",

@@ -2,7 +2,8 @@
 
 Each loop run publishes, in its one `publish` task, the decision artifact of tasks/publish.py, and with news
 (an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
-- `ledger-<job>`: the scaling ledger with predicted and observed recovery times (when the ledger changed);
+- `ledger-<job>`: the scaling ledger, what became of each entry and who answered it, with predicted and observed
+  recovery times (when the ledger changed), as markdown so that its cells wrap at the UI's width;
 - `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
   markdown (the UI renders markdown images; a data: URI needs no file server).
 It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
@@ -19,10 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prefect import task
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_table_artifact,
-)
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.clock import WALL
@@ -30,7 +28,7 @@ from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status
 from daedalus.models.forecast import wape
 from daedalus.models.steps import step_means
 from daedalus.models.text import duration, number, percent, utc
-from daedalus.tasks.publish import artifact_key, publish
+from daedalus.tasks.publish import artifact_key, horizon, publish
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
@@ -45,11 +43,10 @@ NEWS_EVERY_S = 30.0
 FORECAST_STEP_S = 30  # forecasts are kept at the forecaster's step
 FORECAST_KEEP_S = 7200  # two hours of forecasts, like the forecaster's window
 STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts as stale
-# Characters of a reason (ledger) or a health line (fleet) in a table cell, whose text never wraps: at 1,400 px the
-# UI gives a table about 850 px between its menu and its details panel. The full text is in the decision markdown
-# and in `daedalus status JOB`.
-SHORT_REASON = 36
+# Characters of a health line in the fleet table's cell, whose text never wraps: at 1,400 px the UI gives a table
+# about 850 px between its menu and its details panel. The full text is in `daedalus status`.
 SHORT_HEALTH = 60
+LEDGER_REASON = 240  # the ledger is markdown, whose cells wrap: a reason is cut only where it runs on
 
 
 def short(text: str, limit: int) -> str:
@@ -65,6 +62,9 @@ def health(it: Iteration, knowledge: Knowledge, stop: str | None) -> str:
     """One line: ok, or the first thing an operator should know."""
     if knowledge.paused:
         return "paused (kill switch for this job)"
+    if knowledge.override is not None:
+        o = knowledge.override
+        return f"held at {o.scaleout} until {utc(o.until_wall)}: manual scale by {o.operator}"
     if stop is not None:
         return f"not acting: {stop}"
     if knowledge.quarantine:
@@ -86,8 +86,9 @@ def _ledger_signature(knowledge: Knowledge) -> list[Any]:
 
 
 def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | None, wall: float) -> dict[str, Any]:
-    d, a, p = it.decision, it.analysis, knowledge.pending
-    acted = next((e for e in reversed(knowledge.ledger) if e.state not in ("decided",)), None)
+    d, a, p, o = it.decision, it.analysis, knowledge.pending, knowledge.override
+    # The entry whose newest event is the latest: an approval executes minutes after its entry was decided.
+    acted = max((e for e in knowledge.ledger if e.state != "decided"), key=lambda e: e.changed, default=None)
     # After an executed action (the plan's or an operator's) the job is at its target now, not where it was.
     now_at = it.action.target if it.action is not None and it.action.state == "executed" else d.current
     recommended = now_at if now_at != d.current else d.target
@@ -95,8 +96,11 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
         "job": knowledge.job, "time": d.time, "wall": wall, "mode": mode, "current": now_at,
         "recommended": recommended, "kind": d.kind, "reasons": list(d.reasons),
         "action": None if it.action is None else it.action.state,
-        "last_action": None if acted is None else {"id": acted.id, "time": acted.shown_time, "from": acted.current,
-                                                  "to": acted.target, "state": acted.state},
+        "last_action": None if acted is None else {"id": acted.id, "time": acted.changed, "from": acted.current,
+                                                  "to": acted.target, "state": acted.state,
+                                                  "operator": acted.operator, "events": events_text(acted)},
+        "override": None if o is None else {"scaleout": o.scaleout, "operator": o.operator, "until": o.until_wall,
+                                            "decision": o.decision_id},
         "pending": None if p is None else {"id": p.id, "from": p.current, "to": p.target, "expires": p.expires},
         "paused": knowledge.paused, "stop": stop, "quarantine": knowledge.quarantine,
         "capacity": a.capacity(a.scaleout), "workload": a.avg_workload, "forecast_peak": a.forecast.peak,
@@ -109,22 +113,41 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
 # --- ledger --------------------------------------------------------------------------------------
 
 
+def events_text(e: LedgerEntry) -> str:
+    """What became of an entry, each event at its own time (UTC, to the second): `proposed 17:42:33 → approved by
+    alice 17:43:30 → executed 17:43:30`; the state alone for entries stored before events were kept."""
+    if not e.events:
+        return e.state
+    return " → ".join(f"{label} {utc(t, zone=False)[11:]}" for t, label in e.events)
+
+
 def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = False) -> list[dict[str, Any]]:
-    """The newest ledger entries first, with predicted against observed recovery time; reasons cut to a table
-    cell unless `full_reasons` (a terminal wraps them)."""
+    """The newest ledger entries first: when the newest event happened, what became of each, predicted against
+    observed recovery time, and the reason (cut to `LEDGER_REASON` characters unless `full_reasons`)."""
     rows = []
-    for e in reversed(knowledge.ledger[-limit:]):
-        reason = e.reasons[-1] if e.reasons else ""
+    for e in sorted(knowledge.ledger[-limit:], key=lambda e: e.changed, reverse=True):
+        reason = e.reasons[-1] if e.reasons else ""  # the planner's conclusion, or the operator's word
         rows.append({
-            "time (UTC)": utc(e.shown_time, zone=False, unknown="")[:16], "state": e.state,  # to the minute
-            "scale-out": f"{e.current} → {e.target}",
+            "time (UTC)": utc(e.changed, zone=False, unknown="")[:16],  # to the minute; the events to the second
+            "scale-out": f"{e.current} → {e.target}", "what happened": events_text(e),
             "predicted / observed recovery": f"{duration(e.predicted_recovery_s)} / "
                                              f"{duration(e.observed_recovery_s)}",
             "verdict": verdict_text(e),
-            "reason": reason if full_reasons else short(reason, SHORT_REASON),
-            "last event": e.history[-1][1] if e.history else "", "decision": e.id,
+            "reason": reason if full_reasons else short(reason, LEDGER_REASON), "decision": e.id,
         })
     return rows
+
+
+def ledger_markdown(job: str, rows: list[dict[str, Any]]) -> str:
+    """The ledger as a markdown table: its cells wrap, so every column fits the UI's width and reasons read whole."""
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    head = list(rows[0]) if rows else ["ledger"]
+    lines = [f"# {job}: the scaling ledger, newest first", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
 
 
 def verdict_text(e: LedgerEntry) -> str:
@@ -239,7 +262,7 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
         if latest.values:
             lt = latest.start + FORECAST_STEP_S * np.arange(len(steps_of(latest.values)))
             top.plot(dt(lt), steps_of(latest.values), color="tab:orange", ls="--", lw=1.2,
-                     label=f"next {duration(len(latest.values))} ({latest.method})")
+                     label=f"the next {horizon(latest)} ({latest.method})")
         title = f"{job}: workload forecast against actual"
         top.set_title(title + ("" if w is None else f" — WAPE {percent(w)}"), fontsize=13)
         top.set_ylabel("tuples/s", fontsize=11)
@@ -271,7 +294,7 @@ def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Foreca
     return (f"# {job}: forecast against actual\n\n"
             f"- WAPE of the forecasts each loop relied on, over the plot: **{wape_text}**\n"
             f"- WAPE of the previous forecast (decides ARIMA or the linear fallback): {prev}\n"
-            f"- method now: {latest.method}; peak of the next 15 minutes: {number(latest.peak, 'tuples/s')}\n\n"
+            f"- method now: {latest.method}; peak of the next {horizon(latest)}: {number(latest.peak, 'tuples/s')}\n\n"
             f"![forecast against actual](data:image/png;base64,{base64.b64encode(png).decode()})\n")
 
 
@@ -298,9 +321,10 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
     write_json(store_url, job, FORECASTS, history)
     write_json(store_url, job, STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
-        create_table_artifact(key=artifact_key("ledger", job), table=ledger_rows(knowledge),
-                              description=f"{job}: the scaling ledger, newest first: every rescale decided, proposed "
-                                          "or taken, what became of it, predicted against observed recovery")
+        create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
+                                 description=f"{job}: the scaling ledger, newest first: every rescale decided, "
+                                             "proposed or taken, what became of it and who answered it, predicted "
+                                             "against observed recovery")
     if news:
         png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
         create_markdown_artifact(key=artifact_key("forecast-plot", job),
@@ -310,6 +334,14 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
 
 
 # --- fleet ---------------------------------------------------------------------------------------
+
+
+def last_action_text(last: dict[str, Any] | None) -> str:
+    """`12 → 11 executed at 2026-11-26 17:43:30 (operator alice)`: the newest event's time, and who answered."""
+    if not last:
+        return ""
+    who = f" (operator {last['operator']})" if last.get("operator") else ""
+    return f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], zone=False, unknown='')}{who}"
 
 
 def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
@@ -332,8 +364,7 @@ def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
                 f"stale: no loop for {duration(age)}",
                 "scale-out": f"{now}" if recommended in (None, now) else f"{now} → {recommended}",
                 "mode": s.get("mode", mode), "decision": s.get("kind") or "",
-                "last action": "" if not last else
-                f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], zone=False, unknown='')}",
+                "last action": last_action_text(last),
                 "pending proposal": "" if not pending else f"{pending['id']} ({pending['from']} → {pending['to']})",
                 "last loop (UTC)": utc(s.get("wall"), zone=False, unknown=""),
             })

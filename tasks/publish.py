@@ -12,7 +12,7 @@ import re
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from daedalus.models.text import capacity_source, duration, number, percent
-from daedalus.models.types import Analysis, Decision, ScalingAction
+from daedalus.models.types import Analysis, Decision, Forecast, ScalingAction
 
 HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
 
@@ -20,6 +20,11 @@ HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "sc
 def artifact_key(kind: str, job: str) -> str:
     """Keys allow lowercase letters, digits and dashes only."""
     return f"{kind}-{re.sub(r'[^a-z0-9-]+', '-', job.lower())}".strip("-")
+
+
+def horizon(f: Forecast) -> str:
+    """The forecast's horizon as people read it (`30 min`): one name for it in every artifact, plot and reason."""
+    return duration(len(f.values)) if f.values else "horizon (no forecast yet)"
 
 
 def capacity_rows(a: Analysis, recommended: int | None = None) -> list[dict[str, object]]:
@@ -52,7 +57,7 @@ def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction 
         f"- workload {number(a.avg_workload, 'tuples/s')} on average over the last loop; consumer lag "
         f"{number(a.lag, 'tuples')}",
         f"- capacity now: {number(a.capacity(a.scaleout), 'tuples/s')} at scale-out {a.scaleout}; forecast peak "
-        f"of the next 15 minutes {number(a.forecast.peak, 'tuples/s')} ({a.forecast.method})",
+        f"of the next {horizon(a.forecast)} {number(a.forecast.peak, 'tuples/s')} ({a.forecast.method})",
     ]
     if d.predicted_recovery_s is not None:
         lines.append(f"- predicted recovery after the rescale: {duration(d.predicted_recovery_s)}")
@@ -67,7 +72,7 @@ def forecast_markdown(job: str, a: Analysis) -> str:
     w = a.forecast.previous_wape
     wape = "n/a (first forecast)" if w is None else percent(w)
     return (f"# {job}: forecast\n\n- method: **{a.forecast.method}**\n- WAPE of the previous forecast: {wape}\n"
-            f"- peak of the next 15 minutes: {number(a.forecast.peak, 'tuples/s')}\n")
+            f"- peak of the next {horizon(a.forecast)}: {number(a.forecast.peak, 'tuples/s')}\n")
 
 
 def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,

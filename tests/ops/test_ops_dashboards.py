@@ -13,7 +13,7 @@ from daedalus.models.text import percent
 from daedalus.models.types import Analysis, Decision, Forecast, LedgerEntry
 from daedalus.tasks.dashboards import (
     FORECAST_KEEP_S,
-    SHORT_REASON,
+    LEDGER_REASON,
     fleet_rows,
     forecast_plot_markdown,
     forecast_png,
@@ -38,20 +38,20 @@ def test_ledger_rows_newest_first_with_predicted_and_observed_recovery():
                          [(T0 + 960, "rejected by ops")]))
     rows = ledger_rows(k)
     assert [r["decision"] for r in rows] == ["j-2", "j-1"]
-    assert rows[1] == {"time (UTC)": "2026-01-01 00:00", "state": "executed", "scale-out": "12 → 8",
-                       "predicted / observed recovery": "95 s / 62 s", "reason": "r1",
-                       "last event": "recovered in 62 s", "decision": "j-1"}
+    assert rows[1] == {"time (UTC)": "2026-01-01 00:00", "scale-out": "12 → 8", "what happened": "executed",
+                       "predicted / observed recovery": "95 s / 62 s", "verdict": "", "reason": "r1",
+                       "decision": "j-1"}
     assert rows[0]["predicted / observed recovery"] == "2 min / —"
 
 
 def test_tables_for_people_never_show_inf_and_keep_reasons_short():
     # Issue 14 item 5: "inf s" in the ledger, a reason column that needed sideways scrolling.
     k = Knowledge.new("j", _sim_target()[0].config)
-    reason = "C_4 = 310,000 tuples/s is below the forecast peak of 420,000 tuples/s " * 3
+    reason = "C_4 = 310,000 tuples/s is below the forecast peak of 420,000 tuples/s " * 4
     k.record(LedgerEntry("j-1", T0, 4, 6, "scale-out", (reason,), "executed", float("inf"), None, "", []))
     (row,) = ledger_rows(k)
     assert row["predicted / observed recovery"] == "never / —" and "inf" not in str(row)
-    assert len(row["reason"]) <= SHORT_REASON and row["reason"].endswith("…")
+    assert len(row["reason"]) == LEDGER_REASON and row["reason"].endswith("…")
     assert ledger_rows(k, full_reasons=True)[0]["reason"] == reason
 
     a = Analysis(now=T0, scaleout=2, avg_workload=150_000.0, lag=1234.0, capacities=(110_000.4, 215_000.0, 318_000.0),
@@ -165,9 +165,8 @@ def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_
             return next(wall)
 
     monkeypatch.setattr(dashboards, "WALL", Clock())
-    monkeypatch.setattr(dashboards, "publish", lambda *args: seen.append(args[-1]))
+    monkeypatch.setattr(dashboards, "publish", lambda *args: seen.append(args[5]))  # news
     monkeypatch.setattr(dashboards, "create_markdown_artifact", lambda **kw: None)
-    monkeypatch.setattr(dashboards, "create_table_artifact", lambda **kw: None)
     store = str(tmp_path / "store")
     for _ in range(3):
         k.loops = 6  # a loop with news by the count (6 % PLOT_EVERY == 1)

@@ -154,7 +154,7 @@ def _answer(s: Scenario) -> None:
 
     def manual_done() -> bool:
         clicks = KnowledgeStore(s.store).load("clicks").knowledge
-        manual = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
+        manual = [e for e in clicks.ledger if e.reasons == ("manual scale by carol: load test",)]
         return bool(manual) and manual[-1].state == "executed"
 
     wait_for("the manual action to execute", manual_done, 240, s.server)
@@ -208,8 +208,9 @@ def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
     assert refused["type"] == "FAILED" and "scale-out 40 is outside the job's limits [1, 12]" in refused["message"]
     assert runs[scenario.manual_runs[MANUAL_AT]]["state"]["type"] == "COMPLETED"
     clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
-    (entry,) = [e for e in clicks.ledger if e.reasons == ("manual action by carol: load test",)]
-    assert (entry.current, entry.target, entry.state) == (12, MANUAL_AT, "executed")
+    (entry,) = [e for e in clicks.ledger if e.reasons == ("manual scale by carol: load test",)]
+    assert (entry.current, entry.target, entry.state, entry.operator) == (12, MANUAL_AT, "executed", "carol")
+    assert [label for _, label in entry.events] == ["manual scale by carol", "executed"]
     assert "manual-clicks" in {a["key"] for a in scenario.api("POST", "/artifacts/filter", json={"limit": 200})}
 
 
@@ -268,7 +269,8 @@ def test_the_dashboards(scenario):
     decision = _latest(scenario, "decision-ads")
     assert decision["type"] == "markdown" and decision["data"].startswith("# ads: ")
     ledger = _latest(scenario, "ledger-ads")
-    assert ledger["type"] == "table" and scenario.proposals["ads"] in ledger["data"]
+    assert ledger["type"] == "markdown" and scenario.proposals["ads"] in ledger["data"]
+    assert "proposed " in ledger["data"] and "→ approved by alice " in ledger["data"]
     plot = _latest(scenario, "forecast-plot-ads")["data"]
     assert "](data:image/png;base64,iVBORw0KGgo" in plot
     capacity = _latest(scenario, "capacity-ads")

@@ -112,7 +112,9 @@ def _publish(store: str, jobs_file: Path) -> None:
     def loop_run() -> None:
         k, its, history = _iterations(11)
         k.record(LedgerEntry("sim-1767226200", T0 + 600, 8, 10, "scale-out", (LONG_REASON,), "executed",
-                             float("inf"), None, "", [(T0 + 600, "executed")]))
+                             float("inf"), None, "", [(T0 + 600, "executed")], operator="alice",
+                             events=[(T0 + 600, "proposed"), (T0 + 717, "approved by alice"),
+                                     (T0 + 720, "executed")]))
         write_json(store, "sim", FORECASTS, history[:-1])
         publish_dashboards(its[-1], k, store, "auto", None, 11)
 
@@ -176,13 +178,17 @@ def test_the_capacity_table_names_its_columns_for_people_and_formats_its_numbers
     assert any("," in line and line.strip()[0].isdigit() for line in text.splitlines())  # 123,456
 
 
-def test_the_ledger_keeps_reasons_short_and_never_shows_inf(ui):
-    page = ui.artifact("ledger-sim", "predicted recovery")
-    visible(page, "time (UTC)", "state", "scale-out", "predicted / observed recovery", "reason")
-    reason = page["cells"]["reason"]
-    assert reason["right"] <= page["shown"]["right"] + 1, f"the reason {reason} is cut off"
-    text = page["text"]
-    assert "never / —" in text and not INF.search(text) and LONG_REASON not in text and LONG_REASON[:30] in text
+def test_the_ledger_fits_its_columns_and_reads_reasons_whole(ui):
+    # Issue 25: its last two columns sat behind a sideways scroll bar and the reason was cut at about 30 characters.
+    page = ui.artifact("ledger-sim", "predicted / observed recovery")
+    visible(page, "time (UTC)", "scale-out", "what happened", "predicted / observed recovery", "reason", "decision")
+    assert not page["overflowing"], "the ledger scrolls sideways"
+    for column in ("reason", "decision"):
+        cell = page["cells"][column]
+        assert cell["right"] <= page["shown"]["right"] + 1, f"the {column} {cell} is cut off"
+    text = " ".join(page["text"].split())
+    assert LONG_REASON in text and "never / —" in text and not INF.search(text)
+    assert "proposed 00:10:00 → approved by alice 00:11:57 → executed 00:12:00" in text
     assert "the scaling ledger, newest first" in text
 
 
@@ -190,6 +196,7 @@ def test_the_decision_says_what_to_act_on_first(ui):
     page = ui.artifact("decision-sim", "Reasons")
     text = page["text"]
     assert "recommended scale-out" in text and "the loop's last decision" in text and not INF.search(text)
+    assert "forecast peak of the next 30 min" in text  # the horizon the forecaster has, named one way
     assert page["pageScrollWidth"] <= page["width"]
 
 
@@ -198,7 +205,7 @@ def test_the_forecast_plot_is_large_enough_to_read(ui):
     (image,) = page["images"]
     # As wide as the artifact's column (about 850 px), never blown up: fonts of 15 px and more on screen.
     assert image["width"] >= 800 and image["natural"] >= image["width"] and image["right"] <= page["width"]
-    assert "what each loop forecast" in page["text"]
+    assert "what each loop forecast" in page["text"] and "peak of the next 30 min" in page["text"]
 
 
 def test_the_forecast_summary_formats_its_numbers(ui):

@@ -1,0 +1,182 @@
+"""Issue 25: what the ledger says of an operator's actions, and what a manual scale means to the loop.
+
+Every entry names who answered it and each of its events at its own wall-clock time ("proposed → approved by alice
+→ executed"); after a manual scale or an approval the loop reports a decision from the scale-out the operator set;
+a manual scale holds for `manual_hold_s` (the job's clock) in every mode, then the loop plans again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from daedalus.models.control import ControlMessage
+from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.ports import Target
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.scenario import scenario
+from daedalus.sim.simulator import Simulator
+from daedalus.sim.workloads import sine_workload
+from daedalus.tasks.dashboards import events_text, ledger_markdown, ledger_rows, status_record
+from tests.ops.conftest import T0
+
+
+class Wall:
+    """The wall clock, moved by hand beside the simulated job's own clock."""
+
+    def __init__(self, now: float) -> None:
+        self.t = now
+
+    def now(self) -> float:
+        return self.t
+
+
+def _target(mode: str, wall: Wall) -> tuple[Target, Simulator]:
+    """The paper's scenario (12 workers at the start, over-provisioned: the plan wants to scale in)."""
+    sim_config, cfg, workload = scenario(sine_workload(hours=3.0), 12, 0.9, 0)
+    cfg = replace(cfg, planner="daedalus-paper", mode=mode, approval_timeout=3600.0)
+    sim = Simulator(workload, sim_config, seed=0, job="sim")
+    job = SimulatedJob(sim)
+    return Target("sim", metrics=job, scaler=job, clock=job, config=cfg, wall=wall), sim
+
+
+def test_an_approved_proposal_records_the_approver_and_each_events_own_time():
+    wall = Wall(T0)
+    target, sim = _target("approve", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    proposal = iterate(target, k, PLAIN).decision
+    assert proposal.changes and k.pending is not None
+    wall.t = T0 + 57  # the answer comes a minute later, the loop applies it at its next run
+    sim.advance(60)
+    approve = ControlMessage("a-1", "sim", "approve", sim.now, {"proposal": proposal.id, "operator": "alice"})
+    it = iterate(target, k, PLAIN, [approve])
+    entry = k.entry(proposal.id)
+    assert entry.state == "executed" and entry.operator == "alice"
+    assert entry.events == [(T0, "proposed"), (T0 + 57, "approved by alice"), (T0 + 57, "executed")]
+    assert events_text(entry) == "proposed 00:00:00 → approved by alice 00:00:57 → executed 00:00:57"
+    # The run reports the operator's decision, from the scale-out the job was at to the one it is at now.
+    assert (it.decision.id, it.decision.current, it.decision.target) == (proposal.id, 12, proposal.target)
+    assert it.decision.reasons == ("approved by alice",)
+    record = status_record(it, k, "approve", None, wall.t)
+    assert (record["current"], record["recommended"]) == (proposal.target, proposal.target)
+    assert record["last_action"]["time"] == T0 + 57 and record["last_action"]["operator"] == "alice"
+    (row, *_) = ledger_rows(k)
+    assert row["time (UTC)"] == "2026-01-01 00:00" and row["what happened"] == events_text(entry)
+    # The next run plans from where the operator's answer left the job.
+    wall.t = T0 + 117
+    sim.advance(60)
+    after = iterate(target, k, PLAIN)
+    assert after.decision.current == proposal.target and sim.scaleout == proposal.target
+
+
+def test_a_rejection_and_an_expiry_are_dated_when_they_happened():
+    wall = Wall(T0)
+    target, sim = _target("approve", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, k, PLAIN).decision
+    wall.t = T0 + 30
+    sim.advance(60)
+    iterate(target, k, PLAIN, [ControlMessage("r-1", "sim", "reject", sim.now,
+                                              {"proposal": first.id, "operator": "bob", "reason": "peak ahead"})])
+    assert k.entry(first.id).events[-1] == (T0 + 30, "rejected by bob") and k.entry(first.id).operator == "bob"
+    second = k.pending  # the same run proposed again: the rejection freed the loop to
+    assert second is not None and k.entry(second.id).events == [(T0 + 30, "proposed")]
+    wall.t = second.expires + 240  # the loop notices the expiry four minutes late
+    sim.advance(60)
+    iterate(target, k, PLAIN)
+    assert k.entry(second.id).events == [(T0 + 30, "proposed"), (second.expires + 240, "expired")]
+    assert k.entry(second.id).changed == second.expires + 240  # "last action" shows this time, not the proposal's
+
+
+def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
+    wall = Wall(T0)
+    target, sim = _target("auto", wall)
+    target.config = replace(target.config, manual_hold_s=600.0)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    iterate(target, k, PLAIN)
+    sim.advance(900)
+    wall.t += 60
+    before = sim.scaleout
+    # Far below what the workload needs: the plan will want to scale out again, and the hold keeps it from it.
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 4, "reason": "load test", "operator": "carol"})
+    it = iterate(target, k, PLAIN, [scale])
+    # The run reports what the operator did, not a plan made from the scale-out before it.
+    assert (it.decision.kind, it.decision.current, it.decision.target) == ("scale-in", before, 4)
+    assert it.decision.reasons == ("manual scale by carol: load test",) and sim.scaleout == 4
+    entry = k.entry("s-1")
+    assert entry.operator == "carol" and [e for _, e in entry.events] == ["manual scale by carol", "executed"]
+    assert k.override is not None and k.override.until == it.action.time + 600
+    assert "held at 4 until 2026-01-01 00:11:00 UTC" in entry.history[-1][1]
+    assert status_record(it, k, "auto", None, wall.t)["health"].startswith("held at 4 until")
+    held = []
+    while sim.now + 60 < it.action.time + 600:
+        sim.advance(60)
+        wall.t += 60
+        held.append(iterate(target, k, PLAIN))
+    assert sim.scaleout == 4 and all(h.action is None for h in held)
+    assert all(h.decision.reasons[0] == "held at 4: carol scaled by hand, so the loop takes no action of its own "
+                                        "until 2026-01-01 00:11:00 UTC (manual_hold 10 min)" for h in held)
+    # Once the grace period is over, the plan wants more workers: reported, not taken.
+    wanted = [h.decision for h in held if h.decision.reasons[1].startswith("the plan, not taken: ")]
+    assert len(wanted) >= 3 and all(d.kind == "hold" and d.target == 4 and
+                                    d.reasons[1] == "the plan, not taken: scale-out 4 → 12" for d in wanted)
+    # Then the loop plans again from 4, and says so.
+    sim.advance(60)
+    wall.t += 60
+    resumed = iterate(target, k, PLAIN)
+    assert k.override is None and "the hold of carol's manual scale to 4 ended: the loop plans again" in resumed.notes
+    assert resumed.decision.current == 4 and resumed.action is not None and resumed.action.state == "executed"
+    assert sim.scaleout > 4 and entry.history[-1][1] == "the hold ended: the loop plans again"
+
+
+def test_no_hold_when_manual_hold_is_zero():
+    wall = Wall(T0)
+    target, sim = _target("auto", wall)
+    target.config = replace(target.config, manual_hold_s=0.0)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 10, "reason": "r", "operator": "carol"})
+    iterate(target, k, PLAIN, [scale])
+    assert k.override is None
+
+
+def test_the_ledger_artifact_is_markdown_whose_cells_hold_the_whole_reason():
+    wall = Wall(T0)
+    target, sim = _target("auto", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    scale = ControlMessage("s-1", "sim", "scale", sim.now,
+                           {"scaleout": 10, "reason": "load test | before the sale " + "x" * 60, "operator": "carol"})
+    iterate(target, k, PLAIN, [scale])
+    text = ledger_markdown("sim", ledger_rows(k))
+    lines = text.splitlines()
+    assert lines[0] == "# sim: the scaling ledger, newest first"
+    assert lines[2].startswith("| time (UTC) | scale-out | what happened | predicted / observed recovery |")
+    assert "manual scale by carol: load test \\| before the sale " + "x" * 60 in lines[4]  # whole, its | escaped
+    assert "manual scale by carol 00:00:00 → executed 00:00:00" in lines[4]
+
+
+
+def test_the_forecast_horizon_is_named_one_way_in_every_artifact(tmp_path):
+    # Issue 25: "the next 15 minutes" in one artifact, "next 30 min" on the plot, "over 1800 s" in the reasons.
+    from daedalus.connectors.jobs import load_jobs
+    from daedalus.tasks.approval import approval_markdown, approval_request
+    from daedalus.tasks.dashboards import forecast_plot_markdown
+    from daedalus.tasks.publish import decision_markdown, forecast_markdown
+    from tests.ops.conftest import write_jobs
+
+    wall = Wall(T0)
+    target, sim = _target("approve", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    it = iterate(target, k, PLAIN)
+    a = it.analysis
+    assert len(a.forecast.values) == 1800 and k.pending is not None  # the forecaster's horizon, per second
+    spec = load_jobs(write_jobs(tmp_path / "jobs.yaml", [{"name": "sim", "mode": "approve"}])).job("sim")
+    for text in (decision_markdown("sim", a, it.decision, it.action, 1), forecast_markdown("sim", a),
+                 forecast_plot_markdown("sim", b"", None, a.forecast),
+                 approval_markdown(approval_request(it, k, spec))):
+        assert "next 30 min" in text and "15 min" not in text
