@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from daedalus.bench import runs as kept_runs
 from daedalus.bench.catalog import CDF_QUANTILES, POLICIES
 from daedalus.data import WORKLOAD_FOLDERS, WORKLOADS
 from daedalus.models.errors import WorkloadError
@@ -188,26 +189,43 @@ def run_all(
     processes: int,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     loop_overrides: Mapping[str, float] | None = None,
+    runs_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the cases in `processes` worker processes (1: in this process); `on_done` after each."""
+    """Run the cases in `processes` worker processes (1: in this process); `on_done` after each. With `runs_dir`,
+    each result is kept there and a kept one is reused when its key still matches (bench.runs)."""
     results: list[dict[str, Any]] = []
+    keys = {c: kept_runs.key(c.policy, c.workload, c.seed, traces[c.workload], max_scaleout, peak_utilization,
+                        loop_overrides) if runs_dir else None for c in cases}
+    todo = []
+    for case in cases:
+        kept = kept_runs.load(runs_dir, case.policy, case.workload, case.seed, keys[case]) if runs_dir else None
+        if kept is None:
+            todo.append(case)
+            continue
+        results.append(kept)
+        if on_done:
+            on_done(kept)
+
+    def done(result: dict[str, Any], case: Case) -> None:
+        results.append(result)
+        if runs_dir:
+            kept_runs.store(runs_dir, result, keys[case])
+        if on_done:
+            on_done(result)
+
     if processes <= 1:
         with _limit_threads():
-            for case in cases:
-                results.append(run_case(case, traces[case.workload], max_scaleout, peak_utilization, loop_overrides))
-                if on_done:
-                    on_done(results[-1])
+            for case in todo:
+                done(run_case(case, traces[case.workload], max_scaleout, peak_utilization, loop_overrides), case)
         return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context, initializer=_limit_threads) as pool:
         # The slow Daedalus runs first, so the pool does not end waiting on one of them.
-        ordered = sorted(cases, key=lambda c: not c.policy.startswith("daedalus"))
-        futures = [pool.submit(run_case, c, traces[c.workload], max_scaleout, peak_utilization, loop_overrides)
-                   for c in ordered]
+        ordered = sorted(todo, key=lambda c: not c.policy.startswith("daedalus"))
+        futures = {pool.submit(run_case, c, traces[c.workload], max_scaleout, peak_utilization, loop_overrides): c
+                   for c in ordered}
         for future in as_completed(futures):
-            results.append(future.result())
-            if on_done:
-                on_done(results[-1])
+            done(future.result(), futures[future])
     return results
 
 
@@ -405,10 +423,12 @@ def run_benchmark(
     on_start: Callable[[int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     loop_overrides: Mapping[str, float] | None = None,
+    runs_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run every case, write `policies.json`, `policies.md` and one figure per workload into `out`.
 
-    `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none)."""
+    `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none); `runs_dir`
+    keeps each run's result and reuses the baselines' and the oracle's while their key matches (bench.runs)."""
     from daedalus.bench.plot import plot_pareto, plot_workload
     from daedalus.models.config import LoopConfig
     from daedalus.models.planning import policies as registry
@@ -422,7 +442,7 @@ def run_benchmark(
     cases = [Case(p, w.name, s) for w in workloads for p in policies for s in seeds]
     if on_start:
         on_start(len(cases))
-    results = run_all(cases, traces, max_scaleout, peak_utilization, processes, on_done, loop_overrides)
+    results = run_all(cases, traces, max_scaleout, peak_utilization, processes, on_done, loop_overrides, runs_dir)
     add_oracle_ratios(results)
     table = aggregate(results)
     groups = {w.name: w.group for w in workloads}

@@ -44,18 +44,29 @@ def _write_json(path: Path | None, data: dict[str, Any]) -> None:
 
 def _policies_table(summary: dict[str, Any]) -> Table:
     """The headline figures of `bench policies` for the terminal (the full tables are in policies.md); the last
-    row of each workload is its lower bound (perfect foresight, free rescales)."""
-    t = Table(title="worker-seconds (% of static, × lower bound), p95 latency, seconds over the SLO, rescales")
-    for column in ("workload", "policy", "worker-s %", "× lower bound", "p95 (s)", "s over SLO", "rescales"):
+    rows of each workload are its lower bound (every second the smallest sufficient scale-out, rescales free) and,
+    with the oracle, the oracle's relaxation (a certified lower bound under the oracle's own constraints)."""
+    t = Table(title="worker-seconds (% of static, × oracle, × lower bound), p95 latency, seconds over the SLO, "
+                    "rescales")
+    for column in ("workload", "policy", "worker-s %", "× oracle", "× lower bound", "p95 (s)", "s over SLO",
+                   "rescales"):
         t.add_column(column, justify="left" if column in ("workload", "policy") else "right")
+
+    def ratio(value: float | None) -> str:
+        return "–" if value is None else f"{value:.2f}"
+
     for workload, table in summary["results"].items():
         for i, (policy, e) in enumerate(table.items()):
             t.add_row(workload if i == 0 else "", policy, f"{e['worker_seconds_pct_of_static']:.1f}",
-                      f"{e['ratio_to_lower_bound']:.2f}", f"{e['latency_p95_s']:.1f}",
+                      ratio(e.get("ratio_to_oracle")), ratio(e["ratio_to_lower_bound"]), f"{e['latency_p95_s']:.1f}",
                       f"{e['seconds_over_slo']:,.0f}", f"{e['rescales']:.1f}")
         e = next(iter(table.values()))
-        t.add_row("", "lower bound", f"{e['worker_seconds_pct_of_static'] / e['ratio_to_lower_bound']:.1f}", "1.00",
-                  "", "", "", end_section=True)
+        t.add_row("", "lower bound", f"{e['worker_seconds_pct_of_static'] / e['ratio_to_lower_bound']:.1f}", "", "1.00",
+                  "", "", "", end_section="oracle" not in table)
+        relaxed = table.get("oracle", {}).get("oracle_relaxed_pct_of_static")
+        if "oracle" in table:
+            t.add_row("", "oracle's relaxation", "–" if relaxed is None else f"{relaxed:.1f}", "", "", "", "", "",
+                      end_section=True)
     return t
 
 
@@ -206,11 +217,16 @@ def policies(
     out: Annotated[Path, typer.Option(help="Folder for policies.json, policies.md and the figures")] = Path(
         "bench-output"),
     jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
-    policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all)")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="Policies to compare (default: all; `oracle`, the offline "
+                                                          "optimum, gives the × oracle ratios)")] = None,
     max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     target_recovery: TargetRecovery = None,
     scale_in_interval: ScaleInInterval = None,
+    runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse the baselines' "
+                                                   "and the oracle's while their code, trace and settings are "
+                                                   "unchanged (a re-run after a planner change reruns the planner "
+                                                   "only)")] = None,
 ) -> None:
     """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
     from daedalus.bench.catalog import POLICIES
@@ -223,7 +239,7 @@ def policies(
             summary = run_benchmark(
                 chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                 processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
-                loop_overrides=loop_overrides(target_recovery, scale_in_interval),
+                loop_overrides=loop_overrides(target_recovery, scale_in_interval), runs_dir=runs,
                 on_start=lambda n: bars.update(bar, total=n),
                 on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
             )

@@ -161,3 +161,26 @@ def test_a_tighter_recovery_target_buys_faster_catch_up_with_more_workers(short_
     tight, loose = (runs[t]["results"]["short_ramp"]["daedalus-paper"] for t in (30.0, 600.0))
     assert tight["worker_seconds_pct_of_static"] > loose["worker_seconds_pct_of_static"]
     assert tight["latency_p95_s"] <= loose["latency_p95_s"]
+
+
+def test_kept_runs_are_reused_while_their_key_matches(short_trace, tmp_path):
+    from daedalus.bench import runs
+
+    kept = tmp_path / "runs"
+    first = run_benchmark([Workload("short_ramp", short_trace)], tmp_path / "a", seeds=[0], policies=["static"],
+                          runs_dir=kept)
+    path = kept / "static__short_ramp__0.json"
+    stored = json.loads(path.read_text())
+    assert stored["result"]["report"]["worker_seconds"] == first["results"]["short_ramp"]["static"]["per_seed"][0][
+        "worker_seconds"]
+    stored["result"]["report"]["rescales"] = 99  # a marker: the next run must read it, not simulate again
+    path.write_text(json.dumps(stored))
+    again = run_benchmark([Workload("short_ramp", short_trace)], tmp_path / "b", seeds=[0], policies=["static"],
+                          runs_dir=kept)
+    assert again["results"]["short_ramp"]["static"]["rescales"] == 99
+    stored["key"] = "another"  # the code, trace or settings changed: simulated again
+    path.write_text(json.dumps(stored))
+    third = run_benchmark([Workload("short_ramp", short_trace)], tmp_path / "c", seeds=[0], policies=["static"],
+                          runs_dir=kept)
+    assert third["results"]["short_ramp"]["static"]["rescales"] == 0
+    assert "daedalus" not in runs.REUSABLE and "daedalus-paper" not in runs.REUSABLE

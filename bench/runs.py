@@ -1,0 +1,63 @@
+"""Each benchmark run's result kept on disk, so a re-run reuses the runs whose code and inputs did not change.
+
+Only the policies that do not run the loop's planner are reused (the baselines and the oracle): a benchmark re-run
+after a planner change then simulates only the two Daedalus policies. A kept run is reused only under the same key:
+the source of the simulator, of the policy and of what it imports, the trace itself, and the run's settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daedalus.models.config import LoopConfig
+
+REUSABLE = ("static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "oracle")
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("sim/*.py", "bench/policies.py", "bench/runs.py", "models/types.py", "models/ports.py", "models/steps.py",
+           "models/planning/oracle.py", "models/planning/policies/*.py")
+
+
+def key(policy: str, workload: str, seed: int, values: np.ndarray, max_scaleout: int, peak_utilization: float,
+        loop_overrides: Mapping[str, float] | None) -> str | None:
+    """The key a kept run must have to be reused; None for a policy that is never reused."""
+    if policy not in REUSABLE:
+        return None
+    digest = hashlib.sha256()
+    for pattern in SOURCES:
+        for path in sorted(ROOT.glob(pattern)):
+            if path.name != "daedalus.py":  # the Daedalus policy runs the planner: the baselines do not import it
+                digest.update(path.read_bytes())
+    digest.update(np.ascontiguousarray(values, dtype=float).tobytes())
+    cfg = LoopConfig(max_scaleout=max_scaleout, **(loop_overrides or {}))
+    digest.update(json.dumps([policy, workload, seed, max_scaleout, peak_utilization, cfg.loop_interval_s,
+                              cfg.latency_slo, cfg.checkpoint_interval]).encode())
+    return digest.hexdigest()
+
+
+def _path(folder: Path, policy: str, workload: str, seed: int) -> Path:
+    return folder / f"{policy}__{workload}__{seed}.json"
+
+
+def load(folder: Path, policy: str, workload: str, seed: int, wanted: str | None) -> dict[str, Any] | None:
+    """The kept result of this run if its key is `wanted`."""
+    path = _path(folder, policy, workload, seed)
+    if wanted is None or not path.is_file():
+        return None
+    kept = json.loads(path.read_text())
+    return kept["result"] if kept.get("key") == wanted else None
+
+
+def store(folder: Path, result: dict[str, Any], wanted: str | None) -> None:
+    if wanted is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = _path(folder, result["policy"], result["workload"], result["seed"])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": wanted, "result": result}))
+    tmp.replace(path)
