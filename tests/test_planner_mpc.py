@@ -47,7 +47,7 @@ def test_the_default_planner_is_the_mpc_and_the_papers_is_selectable():
     assert LoopConfig().planner == "daedalus"
     mpc = plan(CFG, a, ctx(), NOW)
     paper = plan(LoopConfig(max_scaleout=6, scale_in_interval=0, planner="daedalus-paper"), a, ctx(), NOW)
-    assert mpc.reasons[0].startswith("forecast over 1800 s")
+    assert mpc.reasons[0].startswith("forecast over the next 30 min")  # the horizon, named as in the artifacts
     assert paper.reasons[-1].endswith("is long-lived")
     with pytest.raises(ValueError, match="planner must be one of daedalus, daedalus-paper"):
         LoopConfig(planner="greedy")

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daedalus.models.config import LoopConfig
+from daedalus.models.text import duration
 from daedalus.models.types import Analysis
 
 BIN_S = 5.0  # resolution of the schedule simulation
@@ -394,7 +395,8 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         # Nothing keeps the budget: waiting for a better moment would only repeat itself loop after loop.
         best = min((s for s in schedules if s.now or s is keep), key=rank)
     waiting = min((s for s in schedules if not s.now), key=rank)
-    notes = [f"forecast over {horizon:.0f} s ({a.forecast.method}): peak {float(inputs.mean.max()):,.0f}/s, "
+    notes = [f"forecast over the next {duration(horizon)} ({a.forecast.method}): peak "
+             f"{float(inputs.mean.max()):,.0f}/s, "
              f"upper band {float(inputs.upper.max()):,.0f}/s (z = {cfg.forecast_z:g}); latency budget "
              f"{budget:.0f} s ({cfg.latency_budget_share:g} × SLO {cfg.latency_slo:.0f} s)", *inputs.notes]
     if unobserved:
