@@ -16,9 +16,15 @@ import numpy as np
 from daedalus.bench.catalog import CDF_QUANTILES, POLICIES
 from daedalus.sim.plot import save
 
+ORACLE = "oracle"  # the offline optimum: drawn as a star on every Pareto panel, the point no policy can pass
+
 
 def _order(policies: set[str]) -> list[str]:
     return [p for p in POLICIES if p in policies] + sorted(policies - set(POLICIES))
+
+
+def _marker(policy: str) -> str:
+    return "*" if policy == ORACLE else "o"
 
 
 def plot_workload(workload: str, runs: list[dict[str, Any]], table: dict[str, dict[str, Any]], path: Path,
@@ -90,8 +96,8 @@ def plot_workload(workload: str, runs: list[dict[str, Any]], table: dict[str, di
 
 def _pareto_axes(ax: Any, workload: str, table: dict[str, dict[str, Any]], colors: dict[str, str]) -> None:
     """One workload: worker-seconds (% of static) against p95 latency, one point per policy (mean of the seeds,
-    bars over the seeds' range), the lower bound as a dashed line; the points no other policy beats on both
-    axes (the Pareto front) are joined."""
+    bars over the seeds' range; the oracle a star), the lower bound as a dashed line; the points no other policy
+    beats on both axes (the Pareto front) are joined."""
     points = {}
     for p in _order(set(table)):
         e = table[p]
@@ -100,7 +106,8 @@ def _pareto_axes(ax: Any, workload: str, table: dict[str, dict[str, Any]], color
             continue
         points[p] = (x, y)
         xr, yr = e.get("worker_seconds_pct_of_static_range") or [x, x], e.get("latency_p95_s_range") or [y, y]
-        ax.errorbar(x, y, xerr=[[x - xr[0]], [xr[1] - x]], yerr=[[y - yr[0]], [yr[1] - y]], fmt="o", ms=6,
+        ax.errorbar(x, y, xerr=[[x - xr[0]], [xr[1] - x]], yerr=[[y - yr[0]], [yr[1] - y]], fmt=_marker(p),
+                    ms=11 if p == ORACLE else 6,
                     color=colors.get(p, "grey"), ecolor=colors.get(p, "grey"), elinewidth=0.8, capsize=2, label=p)
     front = sorted((xy for p, xy in points.items()
                     if not any(o != xy and o[0] <= xy[0] and o[1] <= xy[1] for o in points.values())))
@@ -133,7 +140,7 @@ def plot_pareto(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> Pa
         ax.set_ylabel("p95 latency (s)", fontsize=8)
     for ax in axes[-1, :]:
         ax.set_xlabel("worker-seconds, % of static", fontsize=8)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=colors[p], label=p) for p in policies]
+    handles = [plt.Line2D([], [], marker=_marker(p), ls="", color=colors[p], label=p) for p in policies]
     handles.append(plt.Line2D([], [], ls="--", color="black", label="lower bound"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     fig.suptitle("worker-seconds against p95 latency, one point per policy\n(mean of the seeds, bars: their range)",
