@@ -229,7 +229,8 @@ def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utiliz
 def simulate(
     workload: Annotated[Path, typer.Option(help="Workload trace (second|count, timestamp|value or date,messages)")],
     json_out: Annotated[Path, typer.Option("--json", help="Where to write the report (JSON)")],
-    policy: Annotated[str, typer.Option(help="static, hpa-80, hpa-85, ds2 or daedalus")] = "daedalus",
+    policy: Annotated[str, typer.Option(help=f"One of {', '.join(policies.names())} (oracle: the offline optimum, "
+                                             "knowing the whole run)")] = "daedalus",
     max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     seed: Annotated[int, typer.Option()] = 0,
