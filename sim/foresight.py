@@ -22,7 +22,6 @@ def instance(sim: Simulator, loop_s: int, max_rescales: int, slo_s: float) -> In
     return Instance(
         workload=sim._workload.copy(),
         capacities=sim.true_capacities(),
-        pooled=np.cumsum(sim.worker_capacities),
         downtime_out=np.array([max(0, round(cfg.downtime_out_s + u)) for u in noise], dtype=float),
         downtime_in=np.array([max(0, round(cfg.downtime_in_s + u)) for u in noise], dtype=float),
         initial=sim.scaleout,

@@ -14,10 +14,12 @@ rescale in turn, the replay from the last checkpoint and the catch-up. Two solut
   so how far back is known from the previous downtime). Replayed in the real simulator, its worker-seconds are a
   feasible cost when it keeps the SLO there.
 - **lower bound** (`solve(..., relaxed=True)`): a relaxation every schedule that keeps the SLO in the simulator
-  also satisfies: the same downtimes, but no replay, all workers' capacities pooled into one queue (the simulator
-  never processes more in a second, so this queue is never longer than the simulator's backlog of tuples not yet
-  processed once), arrivals older than the SLO processed, and backlogs rounded down. It is solved exactly on that
-  model, so its minimum is below the true optimum.
+  also satisfies. Its queue is the busiest worker's backlog of tuples not yet processed once, over that worker's
+  share: it drains at most C_n a second, so it is never longer than in the simulator, and in the simulator no
+  partition may hold arrivals older than the SLO, so neither may this queue. At a rescale the queue forgets its
+  backlog (another worker is the busiest now) and keeps only the arrivals of the downtime, which every partition
+  holds; the replay is left out and backlogs are rounded down. It is solved exactly on that model, so its minimum
+  is below the true optimum.
 
 States of the same scale-out and rescale count are merged by backlog, rounded to `backlog_step_s` seconds of the
 peak capacity (up for the upper bound, down for the lower), keeping the cheapest; a state whose backlog is larger
@@ -44,7 +46,6 @@ class Instance:
 
     workload: np.ndarray  # arrivals per second, the whole run
     capacities: np.ndarray  # true capacity at each scale-out: the workload at which the first worker saturates
-    pooled: np.ndarray  # sum of the workers' capacities at each scale-out (what the lower bound may process)
     downtime_out: np.ndarray
     downtime_in: np.ndarray
     initial: int  # scale-out of the first loop interval
@@ -54,9 +55,8 @@ class Instance:
     slo_s: float = 60.0
 
     def __post_init__(self) -> None:
-        n = len(self.capacities)
-        if len(self.pooled) != n or not 1 <= self.initial <= n:
-            raise ValueError("oracle: capacities and pooled need one value per scale-out, initial in 1 … that many")
+        if not 1 <= self.initial <= len(self.capacities):
+            raise ValueError(f"oracle: the initial scale-out must be in 1 … {len(self.capacities)}")
         if min(len(self.downtime_out), len(self.downtime_in)) < self.max_rescales:
             raise ValueError(f"oracle: a downtime is needed for each of the {self.max_rescales} rescales")
 
@@ -112,7 +112,7 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
     loop = inst.loop_s
     steps = math.ceil(total / loop)
     n_max = len(inst.capacities)
-    rates = np.asarray(inst.pooled if relaxed else inst.capacities, dtype=float)
+    rates = np.asarray(inst.capacities, dtype=float)
     # The latency limit as an age: arrivals older than `limit` seconds must be processed once. Necessary in the
     # simulator at limit = SLO (latency counts from the end of the arrival second, plus 0.5 s); sufficient in the
     # model at SLO − 1.
@@ -155,8 +155,8 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
         else:
             inject = np.where(rescale, tail[s_idx], 0.0)
             new_tail = np.where(rescale, (-down) % inst.checkpoint_s, tail_s[s_idx])
-        b, r, o, t = _minute(w[seg], window[seg], backlog[s_idx] + inject, replay[s_idx] + inject,
-                             rates[target - 1], down, new_tail)
+        carried = np.where(rescale, 0.0, backlog[s_idx]) if relaxed else backlog[s_idx] + inject
+        b, r, o, t = _minute(w[seg], window[seg], carried, replay[s_idx] + inject, rates[target - 1], down, new_tail)
         c = cost[s_idx] + target * float(length) + _PENALTY * o
         if relaxed:
             feasible = o == 0

@@ -12,9 +12,9 @@ from daedalus.models.planning.oracle import Instance, rescale_limit, solve
 
 def tiny(rate: float, max_rescales: int = 1, downtime_in: float = 1.0, slo_s: float = 4.0) -> Instance:
     """15 s of a constant `rate`, one worker 10/s, two 20/s; decisions every 5 s, starting at 2 workers."""
-    return Instance(workload=np.full(15, rate), capacities=np.array([10.0, 20.0]), pooled=np.array([10.0, 20.0]),
-                    downtime_out=np.full(2, 2.0), downtime_in=np.full(2, downtime_in), initial=2,
-                    max_rescales=max_rescales, loop_s=5, checkpoint_s=5, slo_s=slo_s)
+    return Instance(workload=np.full(15, rate), capacities=np.array([10.0, 20.0]), downtime_out=np.full(2, 2.0),
+                    downtime_in=np.full(2, downtime_in), initial=2, max_rescales=max_rescales, loop_s=5,
+                    checkpoint_s=5, slo_s=slo_s)
 
 
 def test_scales_in_when_one_worker_keeps_up_after_the_downtime():
@@ -53,19 +53,22 @@ def test_a_margin_tightens_the_latency_limit():
     assert solve(inst, margin_s=1.5).scaleouts == (2, 2, 2)
 
 
-def test_the_relaxation_pools_the_workers():
-    # 11/s: one worker's true capacity (10) cannot keep up, but its pooled capacity (12: the other worker has
-    # spare) can in the relaxation: 2, 1, 1 there, 2, 2, 2 (or a scale-in for the last 5 s) above.
-    inst = tiny(11.0, slo_s=2.0)
-    inst = Instance(inst.workload, inst.capacities, np.array([12.0, 20.0]), inst.downtime_out, inst.downtime_in,
+def test_the_relaxation_forgets_the_backlog_at_a_rescale():
+    # 21/s on two workers (20/s) for 5 s leaves a backlog of 5; then 9.5/s. Scaling in at 5 s with 3 s down:
+    # 5 + 28.5 = 33.5 > 3 s of arrivals (28.5) → wait until the backlog is gone and scale in at 10 s (25).
+    # The relaxation forgets the backlog at the rescale (another worker is the busiest) and allows 4 s: 2, 1, 1.
+    inst = tiny(9.5, downtime_in=3.0)
+    inst = Instance(np.r_[np.full(5, 21.0), np.full(10, 9.5)], inst.capacities, inst.downtime_out, inst.downtime_in,
                     inst.initial, inst.max_rescales, inst.loop_s, inst.checkpoint_s, inst.slo_s)
-    assert solve(inst).scaleouts == (2, 2, 2)
-    assert solve(inst, relaxed=True).scaleouts == (2, 1, 1)
+    upper = solve(inst)
+    assert upper.scaleouts == (2, 2, 1) and upper.worker_seconds == 25.0
+    lower = solve(inst, relaxed=True)
+    assert lower.scaleouts == (2, 1, 1) and lower.worker_seconds == 20.0
 
 
 def test_relaxation_without_any_schedule_that_keeps_the_slo():
     with pytest.raises(ValueError, match="no schedule keeps the SLO"):
-        solve(tiny(30.0), relaxed=True)
+        solve(tiny(50.0), relaxed=True)  # 30/s more than two workers: past 4 s of arrivals by 7 s, rescaled or not
 
 
 def test_rescale_budget_is_18_in_six_hours():
