@@ -55,3 +55,28 @@ def test_recovery_after_a_rescale_is_observed_within_10_s_of_the_truth():
     assert observed is not None
     assert abs(observed - true_recovery) <= 10.0, (observed, true_recovery)
     assert k.downtime.observations == 1 and 27 <= k.downtime.out_s <= 33  # learned from a 30 s restart
+
+
+def test_a_rescale_is_followed_through_held_observations_and_normal_is_learned_only_from_sound_ones():
+    cfg = LoopConfig()
+    k = Knowledge.new("j", cfg)
+    analyze(cfg, observation(), k, T0 + 61)  # 60 steady samples, residual 0: normal 0 ± 0 (the floor: 10/s)
+    assert k.anomaly.n == 60
+    apply(Decision("d-1", T0 + 61, "scale-out", 2, 3, ("test",)), k, _Scaler(), T0 + 61)
+    down = observation(start=T0 + 60)
+    thr = {w: s.copy() for w, s in down.throughput.items()}
+    for s in thr.values():
+        s[:10] = 0.0  # down for 10 s after the rescale, then normal again
+    held = replace(down, throughput=thr, holds=("NaN: pod worker-1 reports NaN throughput or CPU at 10 steps",))
+    a = analyze(cfg, held, k, T0 + 121)
+    assert a.holds and k.watch is None  # followed although held, and settled
+    assert k.entry("d-1").observed_recovery_s == 10.0
+    assert k.anomaly.n == 60  # the held observation taught nothing
+
+
+class _Scaler:
+    def scale(self, job, target, decision_id, dry_run=False):
+        return f"scaled to {target}"
+
+    def current(self, job):
+        return None

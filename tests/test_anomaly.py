@@ -11,6 +11,8 @@ import pytest
 from daedalus.data import METRICS
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.recovery import AnomalyDetector, RecoveryTracker, observed_recovery_time
+from daedalus.models.recovery.anomaly import learn_normal, track_recovery
+from daedalus.models.types import Observation
 
 
 def read_series(name: str) -> pd.Series:
@@ -234,3 +236,76 @@ def test_recorded_second_scale_out_recovers_too() -> None:
     rescale = epoch("2023-01-21 21:51:45")  # throughput stalls, then drops to 0 at 21:52:30
     recovery_s = observed_recovery_time(t, workload, throughput, rescale, rescale)
     assert recovery_s is not None and 60 < recovery_s <= 600
+
+
+# --- issue 27: what normal is, the noise floor, rate windows, the restart -----------------------------------------
+
+def _obs(residuals: list[float], workload: float = 100.0, lag: list[float] | None = None,
+         uptime: list[float] | None = None, start: float = 0.0, window_s: float = 0.0) -> Observation:
+    n = len(residuals)
+    t = start + np.arange(n, dtype=float)
+    return Observation(job="j", timestamps=t, workload=np.full(n, workload),
+                       throughput={"w": workload - np.asarray(residuals, dtype=float)}, cpu={},
+                       lag=np.zeros(n) if lag is None else np.asarray(lag, dtype=float),
+                       uptime_s=np.full(n, 1_000.0) if uptime is None else np.asarray(uptime, dtype=float),
+                       scaleout=1, window_s=window_s)
+
+
+def test_normal_is_learned_only_from_steady_samples_of_a_job_that_keeps_up() -> None:
+    # Six samples: two in the warm-up (uptime < 60 s), one with 600 tuples waiting (6 s of arrivals at 100/s: a
+    # saturated job), three steady and keeping up (500 tuples = 5 s is still normal). Learned: 1, -1, 3.
+    obs = _obs([50.0, 40.0, 1.0, 90.0, -1.0, 3.0], lag=[0, 0, 0, 600, 500, 0], uptime=[10, 50, 60, 70, 80, 90])
+    detector = AnomalyDetector()
+    learn_normal(detector, obs, warmup_s=60.0)
+    assert detector.n == 3 and detector.mean == pytest.approx(1.0) and detector.std == pytest.approx(np.std([1, -1, 3]))
+
+
+def test_the_noise_floor_is_a_share_of_the_workload_at_the_point_judged() -> None:
+    detector = AnomalyDetector()  # 1 % of the workload
+    detector.update_many([-1.0, 1.0] * 10)  # std 1
+    assert detector.band() == 1.0 and detector.band(1_000.0) == 10.0
+    assert detector.is_anomalous(5.0) and not detector.is_anomalous(5.0, workload=1_000.0)
+    assert detector.is_anomalous(10.5, workload=1_000.0)
+    assert not AnomalyDetector(noise_floor=0.0).is_anomalous(1e9, workload=1e6)  # nothing learned, no floor
+    assert AnomalyDetector().is_anomalous(11.0, workload=1_000.0)  # nothing learned: judged around 0 by the floor
+    old = {"k": 1.0, "min_std": 25.0, **detector.statistics.to_state()}  # a state stored before the floor was relative
+    assert AnomalyDetector.from_state(old).noise_floor == 0.01 and AnomalyDetector.from_state(old).n == 20
+
+
+def test_a_rate_window_moves_the_end_of_recovery_to_the_start_of_the_first_normal_window() -> None:
+    detector = AnomalyDetector()
+    detector.update_many(STEADY)
+    plain = RecoveryTracker(RESCALE, detector)
+    plain.update_many(HAND_T, HAND)
+    windowed = RecoveryTracker(RESCALE, detector, window_s=4.0)
+    windowed.update_many(HAND_T, HAND)
+    assert plain.recovered_at == 1_056.0 and windowed.recovered_at == 1_052.0
+    early = RecoveryTracker(RESCALE, detector, window_s=60.0)  # never before the rescale (nor the restart)
+    early.update_many(HAND_T, HAND)
+    assert early.recovered_at == RESCALE
+
+
+def test_a_restart_is_the_disturbance_when_the_window_hides_a_short_downtime_and_recovery_ends_after_it() -> None:
+    # A 1-second downtime averaged into a 12 s rate: the residual never leaves the band (±2 at 100/s), but the uptime
+    # restarts 4 s after the rescale at t = 10. Recovery ends at the restart, not at the normal points before it.
+    detector = AnomalyDetector()
+    detector.update_many([-1.0, 1.0] * 10)
+    obs = _obs([0.5, -0.5] * 10, uptime=[100 + i for i in range(14)] + [0, 1, 2, 3, 4, 5], window_s=12.0)
+    quiet = RecoveryTracker(10.0, detector)
+    quiet.update_many(obs.timestamps, obs.workload - obs.throughput["w"], obs.workload)
+    assert not quiet.recovered and "never disturbed" in quiet.status
+    tracker = RecoveryTracker(10.0, detector)
+    restart = track_recovery(tracker, obs)
+    assert restart == 14.0 and tracker.recovered_at == 14.0 and tracker.observed_recovery_s == 4.0
+
+
+def test_a_tracker_says_why_it_has_not_recovered() -> None:
+    detector = AnomalyDetector(noise_floor=0.0)
+    detector.update_many([-1.0, 1.0] * 10)
+    tracker = RecoveryTracker(100.0, detector)
+    assert tracker.status == "no metrics since the rescale"
+    tracker.update_many([100.0, 101.0, 102.0, 103.0], [50.0, 40.0, 0.0, 30.0])
+    assert tracker.status == ("still recovering after 3 s of metrics after the rescale: the last workload − throughput "
+                              "was 30/s (normal band 0 ± 1/s); 0 of 3 normal points in a row")
+    state = RecoveryTracker.from_state(json.loads(json.dumps(tracker.to_state())))
+    assert state.status == tracker.status

@@ -1,0 +1,89 @@
+"""The recovery monitor's polling (tasks/recovery.follow) and its wait (flows/background.recovery_wait_s), without
+Prefect: it survives unreadable metrics, stops when the ledger already has the recovery, and always ends with why."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from daedalus.cli.flink import compressed_config
+from daedalus.flows.background import recovery_wait_s
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import ConnectorError
+from daedalus.models.ports import Target
+from daedalus.models.recovery import AnomalyDetector
+from daedalus.models.types import Observation
+from daedalus.tasks.recovery import follow
+
+RESCALE = 1_000.0
+
+
+class Job:
+    """A job whose metrics fail at the first poll; then workload 100/s, down for 5 s after the rescale (restarted at
+    1,005), catching up for 3 s, normal from 1,009 (throughput at 1 s steps: 0 for 1,001-1,005, 300 for 1,006-1,008,
+    100 from 1,009 on)."""
+
+    def __init__(self) -> None:
+        self.t, self.polls = RESCALE + 2.0, 0
+
+    def now(self) -> float:
+        return self.t
+
+    def observe(self, job: str, since: float | None, until: float) -> Observation:
+        self.polls += 1
+        if self.polls == 1:
+            raise ConnectorError("prometheus http://p: job 'j': no current scaleout")
+        ts = np.arange(np.floor(since or RESCALE) + 1, np.floor(until) + 1)
+        thr = np.where(ts <= RESCALE + 5, 0.0, np.where(ts <= RESCALE + 8, 300.0, 100.0))
+        uptime = np.where(ts <= RESCALE + 5, 500.0 + ts - RESCALE, ts - RESCALE - 5)
+        return Observation(job=job, timestamps=ts, workload=np.full(ts.size, 100.0), throughput={"w": thr}, cpu={},
+                           lag=np.zeros(ts.size), uptime_s=uptime, scaleout=1)
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def normal() -> AnomalyDetector:
+    detector = AnomalyDetector()
+    detector.update_many([-1.0, 1.0] * 10)
+    return detector
+
+
+def test_a_monitor_survives_unreadable_metrics_and_reports_recovery_and_downtime() -> None:
+    job = Job()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=5.0, sleep=job.sleep)
+    assert job.polls >= 2 and r.recovered
+    assert r.observed_recovery_s == 9.0 and r.downtime_s == 5.0 and r.reason == "recovered in 9 s"
+
+
+def test_a_monitor_stops_when_the_loop_settled_the_recovery_first() -> None:
+    job = Job()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=1.0, sleep=job.sleep,
+               settled=lambda: 7.0)
+    assert job.polls == 1 and r.observed_recovery_s == 7.0 and r.reason == "recovered in 7 s, noticed first by the loop"
+
+
+def test_a_monitor_gives_up_at_its_wait_and_says_why() -> None:
+    class Down(Job):
+        def observe(self, job: str, since: float | None, until: float) -> Observation:
+            raise ConnectorError("prometheus http://p: job 'j': no current scaleout")
+
+    job = Down()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    r = follow(target, "d-1", RESCALE, None, normal(), timeout_s=60.0, poll_s=15.0, sleep=job.sleep)
+    assert not r.recovered and r.waited_s == 62.0
+    assert r.reason == ("gave up after 62 s (its wait is 60 s): no metrics since the rescale; the metrics could not be "
+                        "read at the last poll (prometheus http://p: job 'j': no current scaleout)")
+
+
+def test_the_wait_follows_the_prediction_and_the_jobs_own_durations() -> None:
+    cfg = LoopConfig()  # recovery target 600 s, max_recovery_s 3,600 s
+    assert [recovery_wait_s(p, cfg) for p in (None, float("inf"), 108.0, 500.0, 5_000.0)] == [
+        1800.0, 1800.0, 600.0, 1000.0, 1800.0]
+    assert recovery_wait_s(108.0, cfg, timeout_s=5_000.0) == 1800.0
+    demo = compressed_config(4)  # the Flink demo at 4×: target 150 s, max_recovery_s 900 s
+    assert [recovery_wait_s(p, demo) for p in (None, 26.0, 200.0)] == [900.0, 150.0, 400.0]
+    assert recovery_wait_s(None, dataclasses.replace(cfg, max_recovery_s=900.0)) == 900.0
