@@ -102,13 +102,13 @@ class Knowledge:
 
     def settle_recovery(self, decision_id: str, observed_s: float, downtime_s: float | None, at: float) -> None:
         """A rescale's observed recovery: set once in the ledger, whichever of the loop and the recovery-monitor
-        flow notices it first, its downtime learned with it; the rescale is no longer followed."""
+        flow notices it first, the downtime estimates learned from it; the rescale is no longer followed."""
         entry = self.entry(decision_id)
         if entry is not None and entry.observed_recovery_s is None:
             entry.observed_recovery_s = float(observed_s)
             entry.history.append((at, f"recovered in {entry.observed_recovery_s:.0f} s"))
-            if downtime_s is not None:
-                self.downtime.learn(entry.target > entry.current, float(downtime_s))
+            self.downtime.learn_recovery(entry.target > entry.current, downtime_s, entry.observed_recovery_s,
+                                         entry.predicted_recovery_s)
         if self.watch is not None and self.watch.decision_id == decision_id:
             self.watch = None
 

@@ -77,6 +77,35 @@ class DowntimeEstimates:
             self.in_s = (1 - a) * self.in_s + a * observed_downtime_s
         self.observations += 1
 
+    def learn_recovery(self, scaled_out: bool, downtime_s: float | None, observed_recovery_s: float,
+                       predicted_recovery_s: float | None) -> None:
+        """What one observed recovery teaches: the downtime the job's restart showed, by smoothing; where no restart
+        was seen, the paper's rule (Pfister et al., ``adjust_downtime``): one second more downtime when the recovery
+        took longer than predicted, one less when it took less (never below 0), so the predictions close in.
+
+        >>> d = DowntimeEstimates()
+        >>> d.learn_recovery(True, 4.0, 60.0, 90.0); d.out_s
+        17.0
+        >>> d.learn_recovery(True, None, 60.0, 90.0); d.out_s
+        16.0
+        >>> d.learn_recovery(False, None, 60.0, 20.0); d.in_s, d.observations
+        (16.0, 3)
+        >>> d.learn_recovery(False, None, 60.0, None); d.observations  # nothing predicted: nothing to compare
+        3
+        """
+        if downtime_s is not None:
+            self.learn(scaled_out, downtime_s)
+            return
+        if predicted_recovery_s is None or not (math.isfinite(predicted_recovery_s)
+                                                and math.isfinite(observed_recovery_s)):
+            return
+        step = 1.0 if observed_recovery_s > predicted_recovery_s else -1.0
+        if scaled_out:
+            self.out_s = max(self.out_s + step, 0.0)
+        else:
+            self.in_s = max(self.in_s + step, 0.0)
+        self.observations += 1
+
     def to_state(self) -> dict[str, float]:
         return {"out_s": self.out_s, "in_s": self.in_s, "smoothing": self.smoothing,
                 "observations": self.observations}
