@@ -132,10 +132,11 @@ def prefect_session(server: LocalPrefect) -> Iterator[str]:
 
 class _Monitors:
     """Recovery-monitor flow runs beside the loop, one per executed rescale; each waits as long as the job's
-    compressed settings say (`flows.background.recovery_wait_s`)."""
+    compressed settings say (`flows.background.recovery_wait_s`), and at most until `until` (epoch seconds: the
+    demo stops the job after its trace and drain)."""
 
-    def __init__(self, store_url: str) -> None:
-        self.store_url = store_url
+    def __init__(self, store_url: str, until: float) -> None:
+        self.store_url, self.until = store_url, until
         self.runs: list[tuple[dict[str, Any], threading.Thread, dict[str, Any]]] = []
 
     def start(self, it: dict[str, Any], rescale_time: float) -> None:
@@ -149,7 +150,7 @@ class _Monitors:
                 result.update(recovery_monitor(
                     job=JOB, decision=it["decision"], rescale_time=rescale_time, from_scaleout=it["current"],
                     to_scaleout=it["target"], predicted_recovery_s=it.get("predicted_recovery_s"),
-                    store_url=self.store_url, poll_s=3.0))
+                    store_url=self.store_url, timeout_s=max(self.until - rescale_time, 0.0), poll_s=3.0))
             except Exception as exc:  # reported, never fatal to the demo
                 result["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -228,7 +229,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
                        bottleneck_us=bottleneck_us)
         job_id = flink.submit(job, parallelism=1)
         flink.wait_running(job_id, 1)
-        monitors = _Monitors(store_url)
+        monitors = _Monitors(store_url, until=trace.end_ms / 1000 + 60.0)
         loops: list[dict[str, Any]] = []
         peak_rss = flink.rss_bytes()
         targets.register(target)

@@ -34,16 +34,15 @@ RECOVERY_DEADLINE_S = RECOVERY_WAIT_MAX_S + 120.0  # Prefect fails a monitor sti
 def recovery_wait_s(predicted_recovery_s: float | None, cfg: LoopConfig, timeout_s: float | None = None) -> float:
     """How long a monitor polls: twice the predicted recovery time, at least the job's recovery target (a recovery
     that takes longer is news worth waiting for), at most its `max_recovery_s` (the loop follows no longer) and 30
-    minutes; the longest without a prediction. A `timeout_s` given is kept, up to 30 minutes, so the poll always ends
-    before the deadline. The job's own durations, so a loop on a compressed clock (the Flink demo) waits compressed.
+    minutes, so the poll always ends before the deadline; the longest without a prediction; and no longer than a
+    `timeout_s` given (a caller that stops the job then). The job's own durations, so a loop on a compressed clock
+    (the Flink demo) waits compressed.
 
     >>> cfg = LoopConfig()
-    >>> recovery_wait_s(108.0, cfg), recovery_wait_s(500.0, cfg), recovery_wait_s(None, cfg)
-    (600.0, 1000.0, 1800.0)
+    >>> recovery_wait_s(108.0, cfg), recovery_wait_s(500.0, cfg), recovery_wait_s(None, cfg, timeout_s=90.0)
+    (600.0, 1000.0, 90.0)
     """
-    longest = min(cfg.max_recovery_s, RECOVERY_WAIT_MAX_S)
-    if timeout_s is not None:
-        return min(timeout_s, RECOVERY_WAIT_MAX_S)
+    longest = min(cfg.max_recovery_s, RECOVERY_WAIT_MAX_S, math.inf if timeout_s is None else timeout_s)
     if predicted_recovery_s is None or not math.isfinite(predicted_recovery_s):
         return longest
     return min(max(2.0 * predicted_recovery_s, cfg.target_recovery_time), longest)

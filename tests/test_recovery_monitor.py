@@ -83,7 +83,7 @@ def test_the_wait_follows_the_prediction_and_the_jobs_own_durations() -> None:
     cfg = LoopConfig()  # recovery target 600 s, max_recovery_s 3,600 s
     assert [recovery_wait_s(p, cfg) for p in (None, float("inf"), 108.0, 500.0, 5_000.0)] == [
         1800.0, 1800.0, 600.0, 1000.0, 1800.0]
-    assert recovery_wait_s(108.0, cfg, timeout_s=5_000.0) == 1800.0
+    assert recovery_wait_s(108.0, cfg, timeout_s=5_000.0) == 600.0 and recovery_wait_s(108.0, cfg, 60.0) == 60.0
     demo = compressed_config(4)  # the Flink demo at 4×: target 150 s, max_recovery_s 900 s
     assert [recovery_wait_s(p, demo) for p in (None, 26.0, 200.0)] == [900.0, 150.0, 400.0]
     assert recovery_wait_s(None, dataclasses.replace(cfg, max_recovery_s=900.0)) == 900.0
