@@ -102,7 +102,8 @@ def recovery_monitor(
         f"{'scale-out' if to_scaleout > from_scaleout else 'scale-in'} {from_scaleout} → {to_scaleout}")
     predicted = "none within the horizon" if predicted_recovery_s is None else f"{predicted_recovery_s:.0f} s"
     if result.recovered:
-        recovery_tasks.record(store_url, result)
+        if not result.in_ledger:
+            recovery_tasks.record(store_url, result)
         get_run_logger().info("%s recovered from %s in %.0f s (predicted: %s)", job, direction,
                               result.observed_recovery_s, predicted)
     else:

@@ -40,6 +40,7 @@ class Recovery:
     downtime_s: float | None
     waited_s: float  # on the job's clock
     reason: str = ""  # how it ended: recovered, noticed by the loop, or why the monitor gave up
+    in_ledger: bool = False  # the loop had already recorded it: nothing to post
 
     @property
     def recovered(self) -> bool:
@@ -92,7 +93,7 @@ def follow(target: Target, decision: str, rescale_time: float, predicted_recover
             if observed is None:
                 reason = f"gave up after {waited:.0f} s (its wait is {timeout_s:.0f} s): {reason}{unreadable}"
             return Recovery(target.job, decision, rescale_time, predicted_recovery_s, observed,
-                            downtime_s(rescale_time, restart), waited, reason)
+                            downtime_s(rescale_time, restart), waited, reason, in_ledger=ledger is not None)
         sleep(poll_s)
 
 

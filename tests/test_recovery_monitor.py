@@ -55,7 +55,7 @@ def test_a_monitor_survives_unreadable_metrics_and_reports_recovery_and_downtime
     target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
     r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=5.0, sleep=job.sleep)
     assert job.polls >= 2 and r.recovered
-    assert r.observed_recovery_s == 9.0 and r.downtime_s == 5.0 and r.reason == "recovered in 9 s"
+    assert r.observed_recovery_s == 9.0 and r.downtime_s == 5.0 and r.reason == "recovered in 9 s" and not r.in_ledger
 
 
 def test_a_monitor_stops_when_the_loop_settled_the_recovery_first() -> None:
@@ -64,6 +64,7 @@ def test_a_monitor_stops_when_the_loop_settled_the_recovery_first() -> None:
     r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=1.0, sleep=job.sleep,
                settled=lambda: 7.0)
     assert job.polls == 1 and r.observed_recovery_s == 7.0 and r.reason == "recovered in 7 s, noticed first by the loop"
+    assert r.in_ledger
 
 
 def test_a_monitor_gives_up_at_its_wait_and_says_why() -> None:
