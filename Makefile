@@ -24,9 +24,11 @@ install-test: $(BIN)/python
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
+# Two xdist workers: the suite mostly waits on real servers, so two run side by side; the engines' end-to-end tests
+# stay on one worker, one after the other (tests/conftest.py, ENGINE_TESTS).
 test: install-test
 	$(BIN)/ruff check .
-	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -rs
 
 lint: install-test
 	$(BIN)/ruff check .

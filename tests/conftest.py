@@ -96,3 +96,17 @@ DELIVER_PER_TEST_S = 15.0
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     drop_undeliverable(DELIVER_S)
+
+
+# Tests that start a real engine run one after the other on one xdist worker (`make test` runs `-n 2 --dist
+# loadgroup`): two Flink clusters would share the reporter's port range, and an engine's capacity measured while
+# another engine saturates the other core reads low. Everything else spreads over both workers.
+ENGINE_TESTS = ("tests/flink/", "tests/connectors/test_connectors_spark_e2e.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        where = Path(str(item.path)).relative_to(root).as_posix()
+        if where.startswith(ENGINE_TESTS):
+            item.add_marker(pytest.mark.xdist_group("engines"))
