@@ -382,7 +382,7 @@ def approve(
         fail(exc)
     console.print(f"[green]approved[/green] {proposal} at scale-out {result['scaleout']}: the loop of "
                   f"{result['job']} applies it at its next run")
-    out.print(json.dumps(result))
+    typer.echo(json.dumps(result))  # one line a script can parse, whatever the width
 
 
 def reject(
@@ -399,7 +399,7 @@ def reject(
     except DaedalusError as exc:
         fail(exc)
     console.print(f"[green]rejected[/green] {proposal}")
-    out.print(json.dumps(result))
+    typer.echo(json.dumps(result))  # one line a script can parse, whatever the width
 
 
 def pause(

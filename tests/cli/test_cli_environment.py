@@ -143,7 +143,8 @@ def test_approve_and_reject_answer_through_the_api_of_the_environment(monkeypatc
     pid = with_proposal(spec, env["DAEDALUS_STORE"], created=time.time()).pending.id
     code, out, err = daedalus("reject", pid, "--reason", "peak ahead")
     assert code == 0, err
-    assert json.loads(out)["operator"] == login()
+    (line,) = out.strip().splitlines()  # one JSON line for a script, not wrapped at 80 columns
+    assert json.loads(line)["operator"] == login()
     (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(OTHER)
     assert (msg.kind, msg.body["proposal"]) == ("reject", pid)
     monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")
