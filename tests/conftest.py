@@ -15,6 +15,9 @@ from daedalus.data import DATA
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# pytest-xdist's workers start with COLUMNS=80, and a rich Console fixes its width when it is made (at import): a
+# test sets the width it needs itself, as it would in a serial run.
+os.environ.pop("COLUMNS", None)
 # No test reads or writes the user's settings (~/.config/daedalus/settings.toml, ./daedalus.toml) or takes one of
 # the commands' settings from the shell that runs it (cli/settings.py); subprocesses inherit this.
 for _name in ("DAEDALUS_STORE", "DAEDALUS_JOBS_FILE", "DAEDALUS_LAKE", "DAEDALUS_POOL", "DAEDALUS_OPERATOR"):
