@@ -372,11 +372,12 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
     for meta, _, result in monitors.runs:
         o = next((o for o in found if o.down >= meta["time"] - 1.0), None)
         entry = knowledge.entry(meta["decision"]) if knowledge is not None else None
+        ledger = entry.observed_recovery_s if entry is not None else None
         rescales.append({
             **meta, "downtime_s": result.get("downtime_s"),
-            # The ledger's: set by whichever of the loop and the recovery monitor noticed the recovery first.
-            "observed_recovery_s": _rounded(entry.observed_recovery_s if entry is not None else
-                                            result.get("observed_recovery_s")),
+            # The ledger's, set by whichever of the loop and the recovery monitor noticed the recovery first; else the
+            # monitor's, when it posted it after the loop's last run.
+            "observed_recovery_s": _rounded(ledger if ledger is not None else result.get("observed_recovery_s")),
             "backlog_recovery_s": _rounded(_backlog_recovery(s, meta["time"])),
             "predicted_recovery_s": _rounded(entry.predicted_recovery_s if entry is not None else None),
             "monitor": result.get("reason") or result.get("error"),
