@@ -6,10 +6,9 @@ model (models/capacity) fed the history loop by loop. The chosen policies are th
 the same arrivals, from the same first scale-out (a static deployment from the maximum), with the job's downtimes.
 The history's own run ("actual") is computed from the rows, not simulated.
 
-The replayed job is the simulator with identical workers (no heterogeneity, no skew) over the Flink default of 128
-key groups: its capacity at n workers is c × 128 / ⌈128 / n⌉, and the per-worker capacity c is the least-squares fit,
-weighted by the seconds observed there, of those capacities to the capacities the model observed. Scale-outs the
-history never ran are extrapolated, and the report says which.
+The replayed job is the simulator with identical workers (no heterogeneity, no skew) over Flink's 128 key groups,
+sized at every rescale so that its capacity at n workers is the fitted C_n. Scale-outs the history never ran have
+extrapolated capacities (n × the mean worker capacity), and the report says which.
 
 Pure (numpy, pandas and the models): it runs on the driver for one job and inside Spark's executors for a fleet.
 """
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from daedalus.models.planning import policies
 from daedalus.models.text import utc
 from daedalus.models.types import Observation
 from daedalus.sim.report import score
-from daedalus.sim.runner import run
+from daedalus.sim.runner import JOB, run
 from daedalus.sim.simulator import SimConfig, Simulator
 
 __all__ = ["ACTUAL", "Fit", "History", "InsufficientHistory", "backtest", "check_policies", "default_policies",
@@ -67,12 +66,10 @@ class History:
 
 @dataclass(frozen=True)
 class Fit:
-    """The capacity per scale-out the model fitted on the history, and the replayed job's."""
+    """The capacity per scale-out the model fitted on the history: the replayed job's capacity."""
 
-    fitted: tuple[float, ...]  # C_i for i = 1 … max
+    fitted: tuple[float, ...]  # C_i for i = 1 … max: the replayed job's capacity
     observed: tuple[bool, ...]  # whether C_i was observed (else extrapolated)
-    worker_capacity: float  # the replayed job's per-worker capacity
-    replayed: tuple[float, ...]  # the replayed job's true capacity at i = 1 … max
 
     @property
     def never_observed(self) -> list[int]:
@@ -165,33 +162,48 @@ def _observations(history: History, loop_s: float, warmup_s: float) -> list[Obse
     return out
 
 
-def _replay_config(max_scaleout: int, worker_capacity: float, cfg: LoopConfig) -> SimConfig:
-    return SimConfig(max_scaleout=max_scaleout, worker_capacity=worker_capacity, heterogeneity=0.0, skew=0.0,
+def _replay_config(max_scaleout: int, cfg: LoopConfig, start: float = SimConfig.start) -> SimConfig:
+    return SimConfig(max_scaleout=max_scaleout, worker_capacity=1.0, heterogeneity=0.0, skew=0.0,
                      downtime_out_s=cfg.downtime_out_s, downtime_in_s=cfg.downtime_in_s,
-                     checkpoint_interval=cfg.checkpoint_interval)
+                     checkpoint_interval=cfg.checkpoint_interval, start=start)
+
+
+class ReplayedJob(Simulator):
+    """The simulator with the fitted capacity at every scale-out: identical workers (no skew, no heterogeneity over
+    Flink's 128 key groups) whose capacity is set at every rescale so that the job's capacity at n workers is C_n.
+
+    It sets the per-slot capacities and the true capacities the Simulator keeps (`_capacity`, `_true_capacities`):
+    the simulator has no public hook for a capacity per scale-out."""
+
+    def __init__(self, workload: np.ndarray, config: SimConfig, capacities: Sequence[float], seed: int,
+                 initial_scaleout: int, job: str) -> None:
+        super().__init__(workload, config, seed=seed, initial_scaleout=initial_scaleout, job=job)
+        self._layout = self.true_capacities() / config.worker_capacity  # capacity at n per unit of worker capacity
+        self._fitted = np.asarray(capacities, dtype=float)
+        self._true_capacities = self._fitted.copy()
+        self._size_workers()
+
+    def _size_workers(self) -> None:
+        n = self.scaleout
+        self._capacity[:] = self._fitted[n - 1] / self._layout[n - 1]
+
+    def scale(self, target: int) -> None:
+        super().scale(target)
+        self._size_workers()
 
 
 def fit_capacity(history: History, cfg: LoopConfig) -> Fit:
-    """C_i by the capacity model fed the history loop by loop; the replayed job's per-worker capacity fitted to the
-    observed C_i, weighted by the seconds each scale-out ran."""
+    """C_i by the capacity model fed the history loop by loop, as the monitor phase saw it."""
     model = CapacityModel(warmup_s=cfg.warmup_s)
     for obs in _observations(history, cfg.loop_interval_s, cfg.warmup_s):
         model.update(obs)
     m = cfg.max_scaleout
     fitted, observed = model.capacities(m, int(history.scaleout[-1]))
-    unit = Simulator(np.zeros(1), _replay_config(m, 1.0, cfg)).true_capacities()
-    seconds = np.bincount(np.clip(history.scaleout, 1, m) - 1, minlength=m)
-    weight = np.where(np.array(observed), np.maximum(seconds, 1), 0).astype(float)
-    if weight.sum() > 0:
-        c = np.asarray(fitted)
-        worker = float((weight * c * unit).sum() / (weight * unit * unit).sum())
-    else:  # the model never settled on a scale-out: its per-worker extrapolation
-        worker = float(fitted[0])
-    if not (math.isfinite(worker) and worker > 0):
+    if not all(math.isfinite(c) and c > 0 for c in fitted):
         raise InsufficientHistory(
             f"job {history.job!r}: the capacity model fitted no capacity on this history (no worker reported "
             f"{cfg.warmup_s:.0f} s after a restart with throughput and CPU): the replay has no job to run")
-    return Fit(tuple(float(x) for x in fitted), tuple(observed), worker, tuple(float(x) for x in worker * unit))
+    return Fit(tuple(float(x) for x in fitted), tuple(observed))
 
 
 def actual_figures(history: History, slo_s: float) -> dict[str, Any]:
@@ -206,10 +218,10 @@ def actual_figures(history: History, slo_s: float) -> dict[str, Any]:
 
 def _replay(name: str, history: History, fit: Fit, cfg: LoopConfig, seed: int) -> dict[str, Any]:
     policy = policies.make(name, cfg.max_scaleout, cfg)
-    sim_config = replace(_replay_config(cfg.max_scaleout, fit.worker_capacity, cfg),
-                         start=float(history.timestamps[0]) - 1.0)
+    sim_config = _replay_config(cfg.max_scaleout, cfg, start=float(history.timestamps[0]) - 1.0)
     first = cfg.max_scaleout if name == "static" else int(np.clip(history.scaleout[0], 1, cfg.max_scaleout))
-    result = run(history.workload, policy, sim_config, cfg, seed=seed, initial_scaleout=first)
+    job = ReplayedJob(history.workload, sim_config, fit.fitted, seed, first, JOB)
+    result = run(history.workload, policy, sim_config, cfg, seed=seed, sim=job)
     s = score(result, slo_s=cfg.latency_slo)
     return {"worker_hours": s["worker_seconds"] / 3600.0, "seconds_over_slo": s["seconds_over_slo"],
             "rescales": s["rescales"], "latency_p95_s": s["latency_s"]["p95"]}
@@ -268,9 +280,8 @@ def backtest(history: History, names: Sequence[str], max_scaleout: int | None = 
         "actual": actual_figures(history, cfg.latency_slo),
         "policies": replays,
         "capacity": {
-            "per_scaleout": [{"scaleout": i + 1, "fitted": c, "observed": o, "replayed": r}
-                             for i, (c, o, r) in enumerate(zip(fit.fitted, fit.observed, fit.replayed, strict=True))],
+            "per_scaleout": [{"scaleout": i + 1, "fitted": c, "observed": o}
+                             for i, (c, o) in enumerate(zip(fit.fitted, fit.observed, strict=True))],
             "never_observed": fit.never_observed,
-            "worker_capacity": fit.worker_capacity,
         },
     }

@@ -54,14 +54,15 @@ def run(
     loop_config: LoopConfig | None = None,
     seed: int = 0,
     on_loop: Callable[[int, int], None] | None = None,
-    initial_scaleout: int | None = None,
+    sim: Simulator | None = None,
 ) -> RunResult:
-    """Simulate the whole workload under `policy`, from `initial_scaleout` (default: the maximum; a backtest starts
-    where the job's history starts); `on_loop(done, total)` reports progress."""
+    """Simulate the whole workload under `policy`; `on_loop(done, total)` reports progress. `sim` is a simulated job
+    the caller built over the same workload and config (a backtest's replayed job, from the scale-out its history
+    started at); by default, the simulator from the maximum scale-out."""
     sim_config = sim_config or SimConfig()
     cfg = loop_config or LoopConfig(max_scaleout=sim_config.max_scaleout,
                                     checkpoint_interval=sim_config.checkpoint_interval)
-    sim = Simulator(workload, sim_config, seed=seed, initial_scaleout=initial_scaleout, job=JOB)
+    sim = sim or Simulator(workload, sim_config, seed=seed, job=JOB)
     job = SimulatedJob(sim)
     target = Target(JOB, metrics=job, scaler=job, clock=job, config=cfg)
     result = RunResult(policy.name, sim.history(), sim_config.max_scaleout, sim.true_capacities(),

@@ -161,11 +161,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def capacity_markdown(report: dict[str, Any]) -> str:
-    """The fitted capacity per scale-out and whether it was observed, beside the replayed job's."""
-    lines = ["| scale-out | fitted capacity /s | | replayed /s |", "|---:|---:|---|---:|"]
+    """The fitted capacity per scale-out (the replayed job's) and whether it was observed or extrapolated."""
+    lines = ["| scale-out | fitted capacity /s | |", "|---:|---:|---|"]
     for c in report["capacity"]["per_scaleout"]:
         seen = "observed" if c["observed"] else "extrapolated"
-        lines.append(f"| {c['scaleout']} | {number(c['fitted'])} | {seen} | {number(c['replayed'])} |")
+        lines.append(f"| {c['scaleout']} | {number(c['fitted'])} | {seen} |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from daedalus.connectors.lake import Lake
 from daedalus.models.config import LoopConfig
 from daedalus.sim.backtest import (
     InsufficientHistory,
+    ReplayedJob,
     actual_figures,
     backtest,
     check,
@@ -95,9 +96,18 @@ def test_the_fitted_capacity_matches_the_simulated_job_where_it_ran(recorded) ->
     for i in observed:  # the paper: within 5 % of the true capacity
         assert fit.fitted[i - 1] == pytest.approx(truth[i - 1], rel=0.05)
     assert fit.never_observed == [i for i in range(1, 13) if i not in observed]
-    # the replayed job's identical workers match the fit where the history ran longest
-    longest = int(np.bincount(recorded.scaleout).argmax())
-    assert fit.replayed[longest - 1] == pytest.approx(fit.fitted[longest - 1], rel=0.02)
+    # the replayed job has the fitted capacity at every scale-out, and its CPU is linear in throughput
+    job = ReplayedJob(np.full(300, 1e9), SimConfig(skew=0.0, heterogeneity=0.0, cpu_noise=0.0, worker_capacity=1.0),
+                      fit.fitted, seed=0, initial_scaleout=3, job="sim")
+    assert job.true_capacities().tolist() == list(fit.fitted)
+    job.advance(100)
+    job.scale(7)
+    job.advance(200)
+    h = job.history()
+    # saturated, every worker processes its capacity: C_n is reached when the fullest of them (⌈128/n⌉ of the 128 key
+    # groups) saturates, so all n together process C_n × n⌈128/n⌉/128: 3 × 43 = 129 and 7 × 19 = 133
+    assert h.throughput[50] == pytest.approx(fit.fitted[2] * 129 / 128)
+    assert h.throughput[-1] == pytest.approx(fit.fitted[6] * 133 / 128)
 
 
 def test_static_uses_the_maximum_for_the_whole_window_and_unknown_policies_are_named(recorded) -> None:
