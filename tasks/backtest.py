@@ -5,12 +5,12 @@ for the fleet (`groupBy(job).applyInPandas`, one job per task), and published fo
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -109,6 +109,15 @@ def backtest_job(lake: Lake, job: str, names: list[str], since: float | None = N
     return replay(job, rows, names, max_scaleout, downtimes, seed, on_policy=say)
 
 
+def _replay_each(names: tuple[str, ...], seed: int) -> Any:
+    """The function applyInPandas runs on each job's rows (a closure: Spark reads its type hints, not a partial's)."""
+
+    def replay_job(rows: pd.DataFrame) -> pd.DataFrame:
+        return replay_group(rows, names, seed)
+
+    return replay_job
+
+
 def backtest_fleet(lake: Lake, names: list[str], since: float | None = None, until: float | None = None,
                    spark_settings: SparkSettings | None = None, seed: int = 0) -> FleetBacktest:
     """Every job of the lake's window in parallel on Spark, one job per task; jobs that fail validation are refused
@@ -123,8 +132,7 @@ def backtest_fleet(lake: Lake, names: list[str], since: float | None = None, unt
     refused = {job: f"metric validation failed: {v.reason()}" for job, v in report.jobs.items() if not v.passed}
     spark = session(spark_settings)
     rows = _rows(read_lake(spark, lake, since, until).rows).filter(~F.col("job").isin(list(refused)))
-    replay = functools.partial(replay_group, names=tuple(names), seed=seed)
-    out = by_job(rows, spark).groupBy("job").applyInPandas(replay, RESULT_SCHEMA).collect()
+    out = by_job(rows, spark).groupBy("job").applyInPandas(_replay_each(tuple(names), seed), RESULT_SCHEMA).collect()
     reports = {}
     for row in sorted(out, key=lambda r: r["job"]):
         if row["error"] is not None:
