@@ -87,6 +87,7 @@ def run_backtest_bench(jobs: int, hours: float, masters: list[str], names: list[
             on_progress(phase, 1, 1)
             report["masters"][master] = {"seconds": seconds, "backtested": len(fleet.reports),
                                          "refused": len(fleet.refused)}
+            report["refused"] = fleet.refused  # the same on every master: why each job was not backtested
         stop()
     firsts = [report["masters"][m]["seconds"] for m in masters]
     if len(firsts) >= 2:

@@ -38,7 +38,8 @@ __all__ = ["ACTUAL", "Fit", "History", "InsufficientHistory", "backtest", "check
            "fit_capacity", "history_from_rows", "loop_config", "min_seconds"]
 
 ACTUAL = "actual"
-MIN_LOAD_VARIATION = 0.10  # (p95 − p5) / mean of the arrivals a capacity regression needs to see a slope
+# (p95 − p5) / mean of the arrivals below which a capacity regression reads the CPU noise, not a slope
+MIN_LOAD_VARIATION = 0.05
 PREFERRED = ("daedalus", "ds2", "flink-autoscaler", "static")  # the default comparison, where registered
 MAX_FILLED_GAP_S = 5  # missing seconds in a row carried forward (metric validation's `max_gap_steps`)
 
@@ -193,17 +194,24 @@ class ReplayedJob(Simulator):
 
 
 def fit_capacity(history: History, cfg: LoopConfig) -> Fit:
-    """C_i by the capacity model fed the history loop by loop, as the monitor phase saw it."""
+    """C_i by the capacity model fed the history loop by loop, as the monitor phase saw it: the capacities observed
+    at each scale-out, and the others extrapolated from the last loop whose workers all had steady samples (a
+    rescale near the window's end leaves the model without a current layout)."""
     model = CapacityModel(warmup_s=cfg.warmup_s)
+    m = cfg.max_scaleout
+    fitted: tuple[float, ...] = ()
     for obs in _observations(history, cfg.loop_interval_s, cfg.warmup_s):
         model.update(obs)
-    m = cfg.max_scaleout
-    fitted, observed = model.capacities(m, int(history.scaleout[-1]))
-    if not all(math.isfinite(c) and c > 0 for c in fitted):
+        if model.ready:
+            fitted, _ = model.capacities(m, obs.scaleout)
+    observed = model.observed
+    if not fitted or not all(math.isfinite(c) and c > 0 for c in fitted):
         raise InsufficientHistory(
-            f"job {history.job!r}: the capacity model fitted no capacity on this history (no worker reported "
-            f"{cfg.warmup_s:.0f} s after a restart with throughput and CPU): the replay has no job to run")
-    return Fit(tuple(float(x) for x in fitted), tuple(observed))
+            f"job {history.job!r}: the capacity model fitted no capacity on this history (no scale-out ran "
+            f"{cfg.warmup_s:.0f} s past its restart with every worker reporting throughput and CPU): the replay "
+            "has no job to run")
+    fitted = tuple(observed.get(i, c) for i, c in enumerate(fitted, start=1))
+    return Fit(tuple(float(x) for x in fitted), tuple(i in observed for i in range(1, m + 1)))
 
 
 def actual_figures(history: History, slo_s: float) -> dict[str, Any]:

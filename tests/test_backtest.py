@@ -75,7 +75,7 @@ def test_too_short_and_too_flat_histories_say_what_is_missing() -> None:
     with pytest.raises(InsufficientHistory, match=r"holds 10 min of history; the forecaster needs 60 min .*50 min"):
         check(short)
     flat = history_from_rows("j", lake_rows([1] * need, [1000.0 + (t % 2) for t in range(need)]))
-    with pytest.raises(InsufficientHistory, match=r"arrivals vary by 0\.1 % .* needs at least 10 %"):
+    with pytest.raises(InsufficientHistory, match=r"arrivals vary by 0\.1 % .* needs at least 5 %"):
         check(flat)
 
 
