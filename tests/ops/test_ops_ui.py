@@ -127,6 +127,28 @@ def _publish(store: str, jobs_file: Path) -> None:
     write_json(store, "clicks", "status.json", {**base, "current": 4, "recommended": 4,
                                                 "health": "paused (kill switch for this job)"})
     fleet_overview(jobs_file=str(jobs_file), store_url=store)
+    _publish_backtest(jobs_file.parent / "lake")
+
+
+def _publish_backtest(lake_dir: Path) -> None:
+    """What the `backtest` flow publishes for a job that ran 75 minutes under DS2: its table, Pareto plot and fitted
+    capacities (the replay itself, without Spark: the flow's reading is tested in tests/pipeline)."""
+    from prefect import flow
+
+    from daedalus.bench.backtest import record_history
+    from daedalus.connectors.lake import Lake
+    from daedalus.connectors.replay import replay
+    from daedalus.sim.workloads import sine_workload
+    from daedalus.tasks.backtest import publish
+
+    lake = Lake(str(lake_dir))
+    record_history(lake, "sim", sine_workload(hours=1.25, period_s=3600), policy="ds2")
+
+    @flow(name="backtest-check")
+    def backtest_run() -> None:
+        publish(replay("sim", lake.read("sim"), ["ds2", "flink-autoscaler", "static"]))
+
+    backtest_run()
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +233,17 @@ def test_the_forecast_plot_is_large_enough_to_read(ui):
 def test_the_forecast_summary_formats_its_numbers(ui):
     page = ui.artifact("forecast-sim", "WAPE of the previous forecast")
     assert "tuples/s" in page["text"] and "how the workload forecast is made" in page["text"]
+
+
+def test_the_backtest_shows_its_table_and_a_pareto_plot_large_enough_to_read(ui):
+    page = ui.artifact("backtest-sim", "Backtest of sim")
+    visible(page, "policy", "worker-hours", "% of actual", "s over SLO", "rescales", "p95 latency")
+    assert not page["overflowing"], "the backtest table scrolls sideways"
+    (image,) = page["images"]
+    assert image["width"] >= 800 and image["natural"] >= image["width"] and image["right"] <= page["width"]
+    text = page["text"]
+    assert "actual" in text and "flink-autoscaler" in text and "Never observed (extrapolated)" in text
+    assert not INF.search(text)
 
 
 @pytest.mark.parametrize(("key", "says"), [
