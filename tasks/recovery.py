@@ -10,6 +10,7 @@ A poll whose metrics cannot be read is retried at the next poll; the monitor alw
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.inbox import Inbox
-from daedalus.models.errors import ConnectorError, ValidationError
+from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
 from daedalus.models.recovery.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
@@ -48,17 +49,15 @@ class Recovery:
 
 
 def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: float) -> AnomalyDetector:
-    """The job's learned statistics of normal operation, else learned from the window before the rescale."""
+    """The job's learned statistics of normal operation, else learned from the window before the rescale. With
+    neither (a job saturated since its start, metrics unreadable), an empty detector: it judges around 0 with its
+    noise floor, so the monitor still watches and ends, recovered or at its wait, instead of failing."""
     if knowledge is not None and knowledge.anomaly.n >= 2:
         return knowledge.anomaly
-    obs = target.metrics.observe(target.job, rescale_time - BASELINE_S, rescale_time)
     detector = AnomalyDetector()
-    learn_normal(detector, obs, target.config.warmup_s)
-    if detector.n < 2:
-        raise ValidationError(
-            f"job {target.job!r}: no normal operation to compare with (no anomaly statistics in its knowledge and "
-            f"fewer than two steady samples in the {BASELINE_S:.0f} s before the rescale)"
-        )
+    with contextlib.suppress(ConnectorError):
+        learn_normal(detector, target.metrics.observe(target.job, rescale_time - BASELINE_S, rescale_time),
+                     target.config.warmup_s)
     return detector
 
 

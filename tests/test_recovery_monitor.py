@@ -12,7 +12,7 @@ from daedalus.models.errors import ConnectorError
 from daedalus.models.ports import Target
 from daedalus.models.recovery import AnomalyDetector
 from daedalus.models.types import Observation
-from daedalus.tasks.recovery import follow
+from daedalus.tasks.recovery import follow, normal_detector
 
 RESCALE = 1_000.0
 
@@ -82,3 +82,18 @@ def test_the_wait_is_the_jobs_own_max_recovery_within_30_minutes_and_a_callers_l
     assert recovery_wait_s(LoopConfig()) == 1800.0  # max_recovery_s 3,600 s: the deadline's 30 minutes
     assert recovery_wait_s(compressed_config(4)) == 900.0 and recovery_wait_s(compressed_config(4, 8.0)) == 450.0
     assert recovery_wait_s(LoopConfig(), timeout_s=90.0) == 90.0 and recovery_wait_s(LoopConfig(), 5_000.0) == 1800.0
+
+
+def test_without_normal_statistics_a_monitor_judges_by_the_noise_floor_instead_of_failing() -> None:
+    class Unreadable(Job):
+        def observe(self, job: str, since: float | None, until: float) -> Observation:
+            if until <= RESCALE:  # the window before the rescale
+                raise ConnectorError("prometheus http://p: job 'j': no current scaleout")
+            return super().observe(job, since, until)
+
+    job = Unreadable()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    detector = normal_detector(None, target, RESCALE)
+    assert detector.n == 0 and detector.is_anomalous(1.5, workload=100.0) and not detector.is_anomalous(0.5, 100.0)
+    r = follow(target, "d-1", RESCALE, None, detector, timeout_s=600.0, poll_s=5.0, sleep=job.sleep)
+    assert r.observed_recovery_s == 9.0
