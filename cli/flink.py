@@ -72,7 +72,9 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
     durations = ("target_recovery_time", "recent_rescale_s", "grace_s", "scale_in_interval", "loop_interval_s",
                  "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling_s")
     names = {f.name for f in dataclasses.fields(LoopConfig)}
-    changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations if k in names}
+    changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations
+                               if k in names and getattr(base, k) is not None}
+    changes["scale_in_interval"] = base.scale_in_s / speedup  # None in the defaults: the planner's own
     changes.update(min_scaleout=1, max_scaleout=max_scaleout, checkpoint_interval=5.0, warmup_s=15.0)
     return dataclasses.replace(base, **changes)
 

@@ -31,7 +31,7 @@ def jobs_table(jobs: Any, path: Path, wide: bool = False) -> Table:
                  ", ".join(f"{b.start:%H:%M}–{b.end:%H:%M}" for b in j.blackout) or "—",
                  f"{j.scale_target.kind} {j.scale_target.namespace}/{j.scale_target.name}"]
         if wide:
-            cells += [j.planner, duration(j.latency_slo), duration(j.scale_in_interval), duration(j.manual_hold)]
+            cells += [j.planner, duration(j.latency_slo), duration(j.loop_config().scale_in_s), duration(j.manual_hold)]
         t.add_row(*cells)
     return t
 

@@ -98,7 +98,7 @@ class JobSpec(Strict):
     partitions: int | None = Field(LOOP.partitions, ge=1)
     target_recovery_time: Duration = LOOP.target_recovery_time
     checkpoint_interval: Duration = LOOP.checkpoint_interval
-    scale_in_interval: NonNegativeDuration = LOOP.scale_in_interval
+    scale_in_interval: NonNegativeDuration | None = LOOP.scale_in_interval  # None: the planner's own
     mode: Mode = LOOP.mode
     approval_timeout: Duration = LOOP.approval_timeout
     manual_hold: NonNegativeDuration = LOOP.manual_hold_s  # how long the loop keeps an operator's manual scale

@@ -11,6 +11,8 @@ from typing import Literal
 Mode = Literal["auto", "approve", "dry-run"]
 Planner = Literal["daedalus", "daedalus-paper"]
 PLANNERS: tuple[str, ...] = ("daedalus", "daedalus-paper")
+PAPER_SCALE_IN_S = 1200.0  # the scale-in interval of each planner when the job sets none (`LoopConfig.scale_in_s`)
+MPC_SCALE_IN_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,10 @@ class LoopConfig:
     # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planning/mpc.py).
     grace_s: float = 180.0
     # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
-    # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off.
-    scale_in_interval: float = 1200.0
+    # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off. None: the planner's own
+    # (`scale_in_s`): 600 s for the model-predictive planner, whose schedules refuse a scale-in the forecast would
+    # undo, 1,200 s for the paper's greedy one.
+    scale_in_interval: float | None = None
     loop_interval_s: float = 60.0  # one iteration per minute
     checkpoint_interval: float = 10.0
     warmup_s: float = 60.0  # samples this soon after a restart are not steady state
@@ -63,6 +67,16 @@ class LoopConfig:
     # A scale-out is sized to last this long on the forecast's upper band before another one may follow: the
     # planner's pace of rescales (one per 20 minutes at most where the forecast allows it).
     rescale_interval: float = 1200.0
+    # Worker-seconds a rescale costs the model-predictive planner besides its downtime and catch-up: a job affords
+    # few rescales (at most 18 in 6 hours), so a switch must save more than this to be taken.
+    rescale_price: float = 600.0
+
+    @property
+    def scale_in_s(self) -> float:
+        """The scale-in interval in force: the one set, else the planner's own."""
+        if self.scale_in_interval is not None:
+            return self.scale_in_interval
+        return PAPER_SCALE_IN_S if self.planner == "daedalus-paper" else MPC_SCALE_IN_S
     # Rescale verification (models/capacity/verification.py). An executed rescale is judged once the job has recovered,
     # or this long after it at the latest: the capacity it shows at the new scale-out against the prediction.
     verify_after_s: float = 300.0
@@ -90,7 +104,9 @@ class LoopConfig:
             raise ValueError(f"latency_slo must be positive, got {self.latency_slo!r}")
         if not 0 < self.latency_budget_share <= 1:
             raise ValueError(f"latency_budget_share must be in (0, 1], got {self.latency_budget_share!r}")
-        if self.latency_weight < 0 or self.forecast_z < 0:
-            raise ValueError("latency_weight and forecast_z must be ≥ 0")
+        if self.latency_weight < 0 or self.forecast_z < 0 or self.rescale_price < 0:
+            raise ValueError("latency_weight, forecast_z and rescale_price must be ≥ 0")
+        if self.scale_in_interval is not None and not self.scale_in_interval >= 0:
+            raise ValueError(f"scale_in_interval must be ≥ 0 or None, got {self.scale_in_interval!r}")
         if not 0 <= self.capacity_margin < 0.5:
             raise ValueError(f"capacity_margin must be in [0, 0.5), got {self.capacity_margin!r}")

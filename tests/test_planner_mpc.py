@@ -9,6 +9,7 @@ A rescale must also have caught up (expected latency under 5 s) `latency_slo` = 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ NOW = 100_000.0
 HORIZON = 1800
 CAPS = tuple(100_000.0 * i for i in range(1, 7))
 MPC = "daedalus"
-CFG = LoopConfig(max_scaleout=6, scale_in_interval=0, latency_weight=0.0, planner=MPC)  # cost: worker-s alone
+CFG = LoopConfig(max_scaleout=6, scale_in_interval=0, latency_weight=0.0, rescale_price=0.0, planner=MPC)  # worker-s
 
 
 def analysis(forecast, *, scaleout, avg=None, lag=0.0, caps=CAPS, observed=None, wape=0.01, loads=()):
@@ -107,7 +108,7 @@ def test_the_latency_weight_buys_headroom_for_the_catch_up():
     # 20, 18.75 and 17.5 s; then the queue drains by 250,000 a bin: 13.75, 12.5, …, 0 s → Σ 138.75 × 5 s =
     # 693.75 s of added latency. To 3: 17.5 + 15 + 12.5, then 7.5, 5, 2.5 → 60 × 5 s = 300 s.
     # Priced at 5 worker-s a second: 3,600 + 3,468.75 = 7,068.75 for 2, 5,400 + 1,500 = 6,900 for 3: 3 wins.
-    priced = LoopConfig(max_scaleout=6, scale_in_interval=0, latency_weight=5.0, planner=MPC)
+    priced = LoopConfig(max_scaleout=6, scale_in_interval=0, latency_weight=5.0, rescale_price=0.0, planner=MPC)
     a = analysis([150_000] * HORIZON, scaleout=4)
     inputs = planner_mpc.prepare(priced, a, HORIZON)
     to2, to3 = planner_mpc.evaluate(priced, inputs, 4, 0.0, [((0.0, 2),), ((0.0, 3),)], 30.0, 15.0)
@@ -260,3 +261,51 @@ def test_a_job_pinned_to_one_scale_out_is_only_kept():
     for load in (150_000, 400_000):  # within 3 workers' usable 294,000/s, and over it
         d = plan(pinned, analysis([load] * HORIZON, scaleout=3, caps=CAPS[:3]), ctx(), NOW)
         assert (d.kind, d.target) == ("no-change", 3) and "keep 3: 5,400 worker-s" in " ".join(d.reasons)
+
+
+def test_a_rescale_must_save_more_than_its_price():
+    # 150,000/s for 300 s at 4 workers: 2 workers keep the band (the scale-in above) and cost 2 × 300 = 600 worker-s
+    # against keeping's 1,200. Priced at 599 the switch saves 1 worker-s: taken. At 600 it saves nothing: keep.
+    a = analysis([150_000] * 300, scaleout=4)
+    d = plan(replace(CFG, rescale_price=599.0), a, ctx(), NOW)
+    assert (d.kind, d.target) == ("scale-in", 2)
+    assert "600 worker-s + 0 × 694 s of added latency + 1 × 599 per rescale = 1,199" in d.reasons[-1]
+    assert plan(replace(CFG, rescale_price=600.0), a, ctx(), NOW).kind == "no-change"
+    # The price is per switch: two switches cost twice. Flat 150,000/s over 30 minutes from 4 workers:
+    # 2 now is 3,600 + 600; 3 now and 2 at the pace is 3 × 1,200 + 2 × 600 = 4,800 + 2 × 600.
+    priced = replace(CFG, rescale_price=600.0)
+    inputs = planner_mpc.prepare(priced, analysis([150_000] * HORIZON, scaleout=4), HORIZON)
+    one, two = planner_mpc.evaluate(priced, inputs, 4, 0.0, [((0.0, 2),), ((0.0, 3), (1200.0, 2))], 30.0, 15.0)
+    assert (one.cost, two.cost) == (pytest.approx(4_200), pytest.approx(6_000))
+
+
+def test_a_scale_in_is_paced_by_the_scale_in_interval_alone():
+    # Rescaled 5 minutes ago: a scale-out would wait for the pace (20 minutes), a scale-in does not. Flat 150,000/s
+    # at 4 workers: 4 → 2 now, and the decision is not early.
+    d = plan(CFG, analysis([150_000] * HORIZON, scaleout=4), ctx(last_rescale=NOW - 300, last_action=NOW - 300), NOW)
+    assert (d.kind, d.target) == ("scale-in", 2)
+    assert not any("sooner than the planner's pace" in r for r in d.reasons)
+    # The default scale-in interval is the planner's own: 600 s for this planner, 1,200 s for the paper's.
+    assert LoopConfig().scale_in_s == 600.0 and LoopConfig(planner="daedalus-paper").scale_in_s == 1200.0
+    assert LoopConfig(scale_in_interval=0).scale_in_s == 0.0
+    d = plan(replace(CFG, scale_in_interval=None), analysis([150_000] * HORIZON, scaleout=4),
+             ctx(last_rescale=NOW - 300, last_action=NOW - 300), NOW)
+    assert d.kind == "no-change" and d.reasons[-1].startswith("cheapest: 4 → 2 in 300 s")  # 600 s after the rescale
+
+
+def test_a_deeper_scale_in_later_beats_a_shallow_one_now():
+    # Scale-ins may also start every 5 minutes within the pace (not scale-outs): from 4, to 2 now, at the next loop,
+    # and in 360, 660 and 960 s.
+    starts = planner_mpc.candidates(CFG, 4, HORIZON, 0.0, 0.0)
+    assert sorted({c[0] for c in starts if c[0][1] == 2}) == [(0.0, 2), (60.0, 2), (360.0, 2), (660.0, 2), (960.0, 2)]
+    assert sorted({c[0] for c in starts if c[0][1] == 5}) == [(0.0, 5), (60.0, 5)]
+    # 200,000/s for 400 s, then 150,000/s. 3 now, then 2 at the pace: 3 × 1,200 + 2 × 600 = 4,800 worker-s; 2 in
+    # 660 s (2 cannot take 200,000/s, and a switch at 360 s has not caught up by its restart + 60 s): 4 × 660 +
+    # 2 × 1,140 = 4,920. Without a price the shallow one now wins; at 600 a switch, 6,000 against 5,520: wait.
+    a = analysis(steps((400, 200_000), (HORIZON - 400, 150_000)), scaleout=4)
+    d = plan(CFG, a, ctx(), NOW)
+    assert (d.kind, d.target) == ("scale-in", 3) and "4 → 3 now, then 3 → 2 in 1200 s: 4,800 worker-s" in d.reasons[-1]
+    d = plan(replace(CFG, rescale_price=600.0), a, ctx(), NOW)
+    assert d.kind == "no-change"
+    assert d.reasons[-1].startswith("cheapest: 4 → 2 in 660 s: 4,920 worker-s + 0 × 694 s of added latency + 1 × 600 "
+                                    "per rescale = 5,520")

@@ -6,15 +6,19 @@ few minutes makes it rescale again and again. This planner instead chooses a *sc
 horizon and applies its first step, as model-predictive control does:
 
 - the candidate schedules are "keep the current scale-out", and "switch to scale-out i now, at the next loop
-  or at the earliest loop the guardrails allow", each followed by nothing or by one more switch
-  `rescale_interval` later (`candidates`), over the forecast's 30 minutes. A scale-out sooner than the planner's
-  pace is taken only when nothing else keeps the latency budget; inside the grace period after an executed
-  rescale, only when keeping the scale-out would break the SLO itself;
+  or at the earliest loop the guardrails allow"; a scale-in also every `SCALE_IN_STEP_S` later within the
+  pace), each followed by nothing or by one more switch `rescale_interval` later (`candidates`), over the
+  forecast's 30 minutes. A scale-out sooner than the planner's pace is taken only when nothing else keeps the
+  latency budget; inside the grace period after an executed rescale, only when keeping the scale-out would break
+  the SLO itself. A scale-in is paced by the scale-in interval alone: it only saves, and the check below refuses
+  one the forecast would undo;
 - each schedule is simulated on the same models the paper's planner uses (capacity per scale-out, the
   forecast, the downtime of a rescale and the replay from the last checkpoint), in 5-second bins, with the
   backlog's Lindley recursion b ← max(0, b + arrivals − capacity);
 - its cost is the worker-seconds over the horizon plus `latency_weight` × the end-to-end latency it adds,
-  summed over the seconds of arrivals (downtime, replay and catch-up: the price of the rescale);
+  summed over the seconds of arrivals (downtime, replay and catch-up), plus `rescale_price` per switch: a job
+  affords a few rescales an hour, so a switch must save more than that, and a deeper scale-in later beats a
+  shallow one now that would hold off the next one for the scale-in interval;
 - it is feasible when, on the forecast's *upper band* (forecast × (1 + z × the recent relative error at that
   lead)), its predicted latency never exceeds `latency_budget_share` × `latency_slo`, its backlog is drained
   by the end of the horizon, and each of its rescales has caught up (expected latency under `CAUGHT_UP_S`)
@@ -50,6 +54,7 @@ DEFAULT_ERROR = 0.10  # relative forecast error assumed at a 1-minute lead while
 MAX_ERROR = 1.0  # the band never assumes the forecast off by more than this, relatively
 SOFT_PENALTY = 1e9  # per second of predicted latency above the budget: any schedule within it wins
 EARLY_PENALTY = 1e8  # a scale-out sooner than `rescale_interval` after the last rescale: only to keep the budget
+SCALE_IN_STEP_S = 300.0  # later starts of a scale-in among the candidates, this far apart
 
 
 @dataclass(frozen=True)
@@ -298,7 +303,8 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     worker_s = (before * current + (k_end - before) * n1[first_row] + (bins - k_end) * last_n) * BIN_S
     budget = cfg.latency_budget_share * cfg.latency_slo
     excess = np.maximum(max_latency - budget, 0.0) + np.maximum(end_backlog - BIN_S, 0.0) + behind
-    cost = worker_s + cfg.latency_weight * delay
+    switches = np.array([len(c) for c in candidates], dtype=float)
+    cost = worker_s + cfg.latency_weight * delay + cfg.rescale_price * switches
     return [Schedule(c, float(worker_s[i]), float(delay[i]), float(max_latency[i]), float(end_backlog[i]),
                      float(cost[i]), float(excess[i])) for i, c in enumerate(candidates)]
 
@@ -310,7 +316,9 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
     nothing or by one more switch `rescale_interval` later (no sooner: the planner's pace). A scale-in is never
     followed by a scale-out. Scale-outs sooner than the pace allows (`pace_left` s from now) are candidates too:
     `decide` takes one only when nothing else keeps the latency budget. Inside the grace period a scale-out may
-    start now or at the next loop only on a `breach`: keeping would break the SLO itself (`decide`)."""
+    start now or at the next loop only on a `breach`: keeping would break the SLO itself (`decide`). A scale-in may
+    also start every `SCALE_IN_STEP_S` after its earliest start, within the pace: waiting for a deeper one is then
+    weighed against a shallower one now."""
     step = cfg.loop_interval_s
     lo = cfg.min_scaleout if cfg.max_step is None else max(cfg.min_scaleout, current - cfg.max_step)
     hi = cfg.max_scaleout if cfg.max_step is None else min(cfg.max_scaleout, current + cfg.max_step)
@@ -328,6 +336,9 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
         paced = math.ceil(pace_left / step - 1e-9) * step
         if n1 > current and paced > first and paced < horizon:
             starts.append(paced)
+        if n1 < current and starts:  # later scale-ins: deeper ones, once the forecast has fallen further
+            starts += np.arange(starts[-1] + SCALE_IN_STEP_S, min(horizon, cfg.rescale_interval),
+                                SCALE_IN_STEP_S).tolist()
         for at1 in starts:
             out.append(((at1, n1),))
             at2 = at1 + cfg.rescale_interval
@@ -360,7 +371,7 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     d_out = cfg.downtime_out_s if downtime_out_s is None else downtime_out_s
     d_in = cfg.downtime_in_s if downtime_in_s is None else downtime_in_s
     grace_left = 0.0 if last_action is None else max(0.0, cfg.grace_s - (now - last_action))
-    scale_in_left = 0.0 if last_rescale is None else max(0.0, cfg.scale_in_interval - (now - last_rescale))
+    scale_in_left = 0.0 if last_rescale is None else max(0.0, cfg.scale_in_s - (now - last_rescale))
     unobserved = not a.observed[cur - 1]
     if unobserved:  # every smaller capacity would be an extrapolation from a capacity not measured yet
         scale_in_left = math.inf
@@ -381,7 +392,9 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
-        return bool(s.switches) and s.switches[0][0] < max(pace_left, grace_left) - 1e-9
+        """A scale-out sooner than the pace or inside the grace period (a scale-in is paced by the scale-in
+        interval alone: no candidate starts one sooner)."""
+        return bool(s.switches) and s.switches[0][1] > cur and s.switches[0][0] < max(pace_left, grace_left) - 1e-9
 
     def rank(s: Schedule) -> tuple[float, bool, int]:
         # Feasible schedules at the planner's pace by cost; then a scale-out sooner than the pace (only when the
@@ -403,8 +416,10 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
 
     def text(s: Schedule) -> str:
+        n = len(s.switches)
+        price = f" + {n} × {cfg.rescale_price:,.0f} per rescale" if n and cfg.rescale_price else ""
         out = (f"{s.describe(cur)}: {s.worker_s:,.0f} worker-s + {cfg.latency_weight:g} × {s.delay_s:,.0f} s of "
-               f"added latency = {s.cost:,.0f}, predicted latency ≤ {s.max_latency_s:.0f} s")
+               f"added latency{price} = {s.cost:,.0f}, predicted latency ≤ {s.max_latency_s:.0f} s")
         if s.max_latency_s > budget:
             out += f" (over the budget {budget:.0f} s)"
         elif s.end_backlog_s > BIN_S:

@@ -155,9 +155,9 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         if clamped != target:
             notes.append(f"clamped to [{cfg.min_scaleout}, {cfg.max_scaleout}]: {target} → {clamped}")
             target = clamped
-    if target < cur and since_rescale is not None and since_rescale < cfg.scale_in_interval:
+    if target < cur and since_rescale is not None and since_rescale < cfg.scale_in_s:
         notes.append(f"scale-in stabilisation: last rescale {since_rescale:.0f} s ago "
-                     f"(< {cfg.scale_in_interval:.0f} s), keeping {cur} instead of {target}")
+                     f"(< {cfg.scale_in_s:.0f} s), keeping {cur} instead of {target}")
         target = cur
     if target == cur:
         return Decision(id=did, time=now, kind="no-change", current=cur, target=cur, reasons=tuple(notes))
