@@ -228,8 +228,8 @@ class TraceJob:
     work_us: int = 1000  # CPU microseconds each record costs (the job's capacity is about 1e6 / work_us per core)
     splits: int = 12  # even shares for 1, 2, 3 and 4 readers
     keys: int = 128
-    # CPU microseconds each record costs in a non-parallel stage `aggregate` after `work` (0: no such stage): the job
-    # then processes at most about 1e6 / bottleneck_us records/s at any parallelism.
+    # Microseconds of wall time each record waits in a non-parallel stage `aggregate` after `work` (0: no such stage):
+    # the job then processes at most about 1e6 / bottleneck_us records/s at any parallelism.
     bottleneck_us: int = 0
 
     def args(self) -> list[str]:
