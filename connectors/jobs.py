@@ -104,6 +104,8 @@ class JobSpec(Strict):
     manual_hold: NonNegativeDuration = LOOP.manual_hold_s  # how long the loop keeps an operator's manual scale
     planner: Planner = LOOP.planner
     latency_slo: Duration = LOOP.latency_slo
+    # After an ineffective scale-out is rolled back, no scale-out above the rollback's target for this long
+    ceiling: Duration = LOOP.ceiling_s
     blackout: tuple[Blackout, ...] = ()
     sim: SimSettings | None = None
     store_url: str | None = None
@@ -153,6 +155,7 @@ class JobSpec(Strict):
             manual_hold_s=self.manual_hold,
             planner=self.planner,
             latency_slo=self.latency_slo,
+            ceiling_s=self.ceiling,
         )
 
 

@@ -275,3 +275,11 @@ def test_the_verdict_and_the_bottleneck_show_in_the_ledger_status_dashboard_and_
     job_detail("sim", url)  # `daedalus status sim`
     text = flat(capsys.readouterr().out)
     assert "bottleneck: stage aggregate saturated" in text and "ceiling 2 until" in text and "ineffective" in text
+
+
+def test_the_jobs_file_sets_the_ceiling_time() -> None:
+    from daedalus.connectors.jobs import parse_jobs
+
+    doc = {"jobs": [{"name": "j", "engine": "sim", "ceiling": "20m"}, {"name": "k", "engine": "sim"}]}
+    jobs = parse_jobs(doc, "jobs.yaml")
+    assert jobs.job("j").loop_config().ceiling_s == 1200.0 and jobs.job("k").loop_config().ceiling_s == 3600.0
