@@ -1,6 +1,6 @@
 """Execute on a local Spark Structured Streaming job (scale target kind `spark-local`).
 
-The job (connectors/spark_stream.py) runs in its own process; this scaler talks to it through two small
+The job (runtime/spark_stream.py) runs in its own process; this scaler talks to it through two small
 files in its working folder: it writes `control.json` (wanted parallelism and decision id) and reads
 `state.json` (running parallelism, last applied decision). The job rescales by stopping its query and
 starting it again from its checkpoint with the new parallelism.
