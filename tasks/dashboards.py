@@ -3,7 +3,7 @@
 Each loop run publishes, in its one `publish` task, the decision artifact of tasks/publish.py, and with news
 (an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
 - `ledger-<job>`: the scaling ledger, what became of each entry and who answered it, with predicted and observed
-  recovery times (when the ledger changed), as markdown so that its cells wrap at the UI's width;
+  recovery times (when the ledger changed), as markdown with a block per entry, whose lines wrap at the UI's width;
 - `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
   markdown (the UI renders markdown images; a data: URI needs no file server).
 It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -138,16 +139,22 @@ def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = Fals
     return rows
 
 
-def ledger_markdown(job: str, rows: list[dict[str, Any]]) -> str:
-    """The ledger as a markdown table: its cells wrap, so every column fits the UI's width and reasons read whole."""
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
+def _plain(value: Any) -> str:
+    """Text that markdown shows as written: a reason's `C_11 … C_12` must not turn into italics."""
+    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", str(value)).replace("\n", " ")
 
-    head = list(rows[0]) if rows else ["ledger"]
-    lines = [f"# {job}: the scaling ledger, newest first", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+
+def ledger_markdown(job: str, rows: list[dict[str, Any]]) -> str:
+    """The ledger as one short block per entry, newest first: the Prefect UI draws a markdown table's cells on one
+    line each (a 1,400 px window then scrolls sideways past the reason), while a block's lines wrap, so every field
+    reads whole at any width and with any job name."""
+    lines = [f"# {job}: the scaling ledger, newest first", ""]
+    for row in rows:
+        lines += [f"**{row['time (UTC)']} UTC · {row['scale-out']}** · decision `{row['decision']}`", ""]
+        lines += [f"- {key}: {_plain(value)}" for key, value in row.items()
+                  if key not in ("time (UTC)", "scale-out", "decision") and value not in ("", None)]
+        lines.append("")
+    return "\n".join(lines if rows else [*lines, "(no entry yet)"]) + "\n"
 
 
 def verdict_text(e: LedgerEntry) -> str:

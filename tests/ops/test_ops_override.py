@@ -143,21 +143,21 @@ def test_no_hold_when_manual_hold_is_zero():
     assert k.override is None
 
 
-def test_the_ledger_artifact_is_markdown_whose_cells_hold_the_whole_reason():
+def test_the_ledger_artifact_is_a_block_per_entry_whose_lines_wrap_with_the_whole_reason():
     wall = Wall(T0)
     target, sim = _target("auto", wall)
     k = Knowledge.new("sim", target.config)
     sim.advance(600)
-    scale = ControlMessage("s-1", "sim", "scale", sim.now,
-                           {"scaleout": 10, "reason": "load test | before the sale " + "x" * 60, "operator": "carol"})
+    reason = "load test | C_11 before the *sale* " + "x" * 60
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 10, "reason": reason, "operator": "carol"})
     iterate(target, k, PLAIN, [scale])
-    text = ledger_markdown("sim", ledger_rows(k))
-    lines = text.splitlines()
-    assert lines[0] == "# sim: the scaling ledger, newest first"
-    assert lines[2].startswith("| time (UTC) | scale-out | what happened | predicted / observed recovery |")
-    assert "manual scale by carol: load test \\| before the sale " + "x" * 60 in lines[4]  # whole, its | escaped
-    assert "manual scale by carol 00:00:00 → executed 00:00:00" in lines[4]
-
+    lines = ledger_markdown("sim", ledger_rows(k)).splitlines()
+    assert lines[:3] == ["# sim: the scaling ledger, newest first", "",
+                         "**2026-01-01 00:00 UTC · 12 → 10** · decision `s-1`"]
+    assert "- what happened: manual scale by carol 00:00:00 → executed 00:00:00" in lines
+    # Whole, and shown as written (no table cell to cut it, no italics from its underscores or stars).
+    assert "- reason: manual scale by carol: load test \\| C\\_11 before the \\*sale\\* " + "x" * 60 in lines
+    assert ledger_markdown("idle", []).splitlines()[-1] == "(no entry yet)"
 
 
 def test_the_forecast_horizon_is_named_one_way_in_every_artifact(tmp_path):
