@@ -43,7 +43,7 @@ class LoopConfig:
     forecast_max_d: int = 2  # auto-ARIMA's largest order of differencing
     mode: Mode = "auto"
     approval_timeout: float = 600.0  # an unanswered approval expires after this
-    # After an operator's manual scale the loop keeps that scale-out this long (the job's clock), in every mode: it
+    # After an operator's manual scale the loop keeps that scale-out this long (wall-clock), in every mode: it
     # plans and reports but takes no action of its own, then plans again from where the operator left the job.
     # An approval needs no hold: it is the loop's own plan. 0: the next run may change it again.
     manual_hold_s: float = 1800.0

@@ -196,28 +196,27 @@ def start_hold(cfg: LoopConfig, k: Knowledge, applied: Applied, action: ScalingA
         return
     entry = k.entry(action.decision_id)
     who = (entry.operator if entry is not None else None) or "an operator"
-    k.override = Override(action.decision_id, action.target, who, now + cfg.manual_hold_s,
-                          wall_now + cfg.manual_hold_s)
+    k.override = Override(action.decision_id, action.target, who, wall_now + cfg.manual_hold_s)
     if entry is not None:
-        entry.history.append((now, f"held at {action.target} until {utc(k.override.until_wall)}: the loop keeps "
+        entry.history.append((now, f"held at {action.target} until {utc(k.override.until)}: the loop keeps "
                                    f"a manual scale for {duration(cfg.manual_hold_s)} (manual_hold), then plans again"))
 
 
-def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float) -> tuple[Decision, str | None]:
+def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float) -> tuple[Decision, str | None]:
     """The plan's decision while an operator's manual scale holds: a hold that names the operator and its end, with
     the plan's choice among its reasons. Once the hold is over it ends here, with a note (returned) and in the
     ledger."""
     o = k.override
     if o is None:
         return d, None
-    if now >= o.until:
+    if wall_now >= o.until:
         k.override = None
         entry = k.entry(o.decision_id)
         if entry is not None:
             entry.history.append((now, "the hold ended: the loop plans again"))
         return d, f"the hold of {o.operator}'s manual scale to {o.scaleout} ended: the loop plans again"
     why = (f"held at {o.scaleout}: {o.operator} scaled by hand, so the loop takes no action of its own until "
-           f"{utc(o.until_wall)} (manual_hold {duration(cfg.manual_hold_s)})")
+           f"{utc(o.until)} (manual_hold {duration(cfg.manual_hold_s)})")
     if not d.changes:
         return replace(d, reasons=(why, *d.reasons)), None
     plan = f"the plan, not taken: {d.kind} {d.current} → {d.target}"

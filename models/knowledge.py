@@ -42,8 +42,7 @@ class Override:
     decision_id: str
     scaleout: int
     operator: str
-    until: float  # the job's clock
-    until_wall: float  # the same moment on the wall clock, what people read
+    until: float  # the wall clock, as approval timeouts: a duration people live by, whatever a simulation's speed
 
 
 @dataclass

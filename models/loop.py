@@ -153,7 +153,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     a = phases.analyze(cfg, obs, knowledge, now)
     checked = verify(cfg, obs, a, knowledge, now)
     d = checked.rollback or phases.plan(cfg, a, knowledge, now)  # undoing what bought nothing comes first
-    d, hold_ended = hold(cfg, knowledge, d, now)  # an operator's manual scale stands for a while
+    d, hold_ended = hold(cfg, knowledge, d, now, wall_now)  # an operator's manual scale stands for a while
     loop_ms = 1000 * (time.perf_counter() - started)
     operator = applied.decision
     if operator is not None and operator.changes:

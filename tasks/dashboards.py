@@ -65,7 +65,7 @@ def health(it: Iteration, knowledge: Knowledge, stop: str | None) -> str:
         return "paused (kill switch for this job)"
     if knowledge.override is not None:
         o = knowledge.override
-        return f"held at {o.scaleout} until {utc(o.until_wall)}: manual scale by {o.operator}"
+        return f"held at {o.scaleout} until {utc(o.until)}: manual scale by {o.operator}"
     if stop is not None:
         return f"not acting: {stop}"
     if knowledge.quarantine:
@@ -100,7 +100,7 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
         "last_action": None if acted is None else {"id": acted.id, "time": acted.changed, "from": acted.current,
                                                   "to": acted.target, "state": acted.state,
                                                   "operator": acted.operator, "events": events_text(acted)},
-        "override": None if o is None else {"scaleout": o.scaleout, "operator": o.operator, "until": o.until_wall,
+        "override": None if o is None else {"scaleout": o.scaleout, "operator": o.operator, "until": o.until,
                                             "decision": o.decision_id},
         "pending": None if p is None else {"id": p.id, "from": p.current, "to": p.target, "expires": p.expires},
         "paused": knowledge.paused, "stop": stop, "quarantine": knowledge.quarantine,

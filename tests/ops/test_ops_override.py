@@ -108,7 +108,7 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     assert it.decision.reasons == ("manual scale by carol: load test",) and sim.scaleout == 4
     entry = k.entry("s-1")
     assert entry.operator == "carol" and [e for _, e in entry.events] == ["manual scale by carol", "executed"]
-    assert k.override is not None and k.override.until == it.action.time + 600
+    assert k.override is not None and k.override.until == wall.t + 600  # wall-clock, as approval timeouts
     assert "held at 4 until 2026-01-01 00:11:00 UTC" in entry.history[-1][1]
     assert status_record(it, k, "auto", None, wall.t)["health"].startswith("held at 4 until")
     held = []
