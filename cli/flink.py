@@ -373,7 +373,11 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
             against_flood.append(100.0 * abs(c - flood[p]) / flood[p])
     estimates = knowledge.capacity.observed if knowledge is not None else {}
     rescales = []
+    level_at: float | None = None  # the first rescale of a recovery still unfinished at the next one
     for meta, _, result in monitors.runs:
+        backlog = _backlog_recovery(s, meta["time"], level_at)
+        level_at = (level_at or meta["time"]) if backlog is None or meta["time"] + backlog > _next_rescale(
+            monitors, meta["time"]) else None
         o = next((o for o in found if o.down >= meta["time"] - 1.0), None)
         entry = knowledge.entry(meta["decision"]) if knowledge is not None else None
         ledger = entry.observed_recovery_s if entry is not None else None
@@ -382,7 +386,7 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
             # The ledger's, set by whichever of the loop and the recovery monitor noticed the recovery first; else the
             # monitor's, when it posted it after the loop's last run.
             "observed_recovery_s": _rounded(ledger if ledger is not None else result.get("observed_recovery_s")),
-            "backlog_recovery_s": _rounded(_backlog_recovery(s, meta["time"])),
+            "backlog_recovery_s": _rounded(backlog),
             "predicted_recovery_s": _rounded(entry.predicted_recovery_s if entry is not None else None),
             "monitor": result.get("reason") or result.get("error"),
             "jobmanager_log": None if o is None else {
@@ -427,13 +431,18 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
     }
 
 
-def _backlog_recovery(s: bench_flink.Sampled, rescale_time: float) -> float | None:
+def _backlog_recovery(s: bench_flink.Sampled, rescale_time: float, level_at: float | None) -> float | None:
     """The independent measure: seconds from the rescale until the source's pending records (the trace's own
-    due − emitted count, per second) are back to their level before it."""
+    due − emitted count, per second) are back to their level before it, or before the first rescale of a recovery
+    still unfinished at this one (`level_at`)."""
     try:
-        return backlog_recovery_time(s.ts, s.lag, s.workload, rescale_time)
+        return backlog_recovery_time(s.ts, s.lag, s.workload, rescale_time, level_at=level_at)
     except ValueError:  # no backlog sample before the rescale
         return None
+
+
+def _next_rescale(monitors: _Monitors, after: float) -> float:
+    return min((meta["time"] for meta, _, _ in monitors.runs if meta["time"] > after), default=math.inf)
 
 
 def _rounded(seconds: float | None) -> float | None:

@@ -48,7 +48,13 @@ def test_a_backlog_that_never_rose_ended_at_once_and_one_that_never_returns_is_n
 def test_missing_samples_are_skipped_and_no_level_is_an_error() -> None:
     lag = backlog([400, np.nan, 900, 40])
     assert backlog_recovery_time(T, lag, LOAD, 100.0) == 4.0
-    with pytest.raises(ValueError, match="no backlog sample in the 10 s before the rescale at 80"):
+    with pytest.raises(ValueError, match=r"no backlog sample in the 10 s before 80\.0: the level before the rescale"):
         backlog_recovery_time(T, lag, LOAD, 80.0)
     with pytest.raises(ValueError, match="same length"):
         backlog_recovery_time(T, lag[:-1], LOAD, 100.0)
+
+
+def test_a_rescale_inside_an_unfinished_recovery_counts_from_the_level_before_the_first() -> None:
+    lag = backlog([400, 900, 700, 600, 500, 400, 300, 200, 100, 40])  # a second rescale at 103: its own level 900 + 50
+    assert backlog_recovery_time(T, lag, LOAD, 103.0) == 0.0
+    assert backlog_recovery_time(T, lag, LOAD, 103.0, level_at=100.0) == 7.0  # back at 110 to 10 + 50

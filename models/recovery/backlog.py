@@ -15,7 +15,8 @@ __all__ = ["backlog_recovery_time"]
 
 
 def backlog_recovery_time(timestamps: object, backlog: object, workload: object, rescale_time: float,
-                          baseline_s: float = 10.0, slack_s: float = 1.0, hold_s: float = 10.0) -> float | None:
+                          baseline_s: float = 10.0, slack_s: float = 1.0, hold_s: float = 10.0,
+                          level_at: float | None = None) -> float | None:
     """Seconds from `rescale_time` until the backlog is back to its level before the rescale; None if it never is.
 
     The level before is the largest backlog in the `baseline_s` up to the rescale (a job that keeps up still holds
@@ -23,7 +24,9 @@ def backlog_recovery_time(timestamps: object, backlog: object, workload: object,
     the workload then: a backlog cleared within a second is none. Recovery ends at the first sample, after the
     backlog rose above that level, from which it stays at or below it for `hold_s` (while a restarted job's readers
     come up one by one, their sum reads low for a few seconds). A rescale whose backlog never rose above the level
-    ended at once (0 s). Missing samples (NaN) are skipped.
+    ended at once (0 s). Missing samples (NaN) are skipped. `level_at` takes the level before an earlier moment: a
+    rescale made before the previous one's backlog was back has not recovered until that one's level is reached
+    (the paper's predicted recovery drains the whole backlog, the lag at the rescale included).
 
     Examples
     --------
@@ -39,10 +42,11 @@ def backlog_recovery_time(timestamps: object, backlog: object, workload: object,
         raise ValueError(f"timestamps, backlog and workload must have the same length, got {t.size}, {lag.size} "
                          f"and {load.size}")
     known = np.isfinite(t) & np.isfinite(lag)
-    window = known & (t <= rescale_time) & (t > rescale_time - baseline_s)
+    at = rescale_time if level_at is None else level_at
+    window = known & (t <= at) & (t > at - baseline_s)
     if not window.any():
-        raise ValueError(f"no backlog sample in the {baseline_s:g} s before the rescale at {rescale_time}: "
-                         "its level before is unknown")
+        raise ValueError(f"no backlog sample in the {baseline_s:g} s before {at}: the level before the rescale at "
+                         f"{rescale_time} is unknown")
     arrivals = load[window & np.isfinite(load)]
     level = float(lag[window].max()) + slack_s * (float(arrivals.mean()) if arrivals.size else 0.0)
     after = known & (t > rescale_time)
