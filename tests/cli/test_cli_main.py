@@ -15,12 +15,12 @@ def names(typer_app: typer.Typer) -> dict[str, list[str]]:
 
 def test_every_command_and_group_is_there():
     found = names(app)
-    assert sorted(found) == sorted(["simulate", "demo", "observe", "jobs", "deploy", "status", "approve", "reject",
-                                    "pause", "resume", "scale", "worker", "validate", "retrain", "compact", "bench",
-                                    "exporter", "step", "release", "config"])
+    assert sorted(found) == sorted(["simulate", "demo", "backtest", "observe", "jobs", "deploy", "status", "approve",
+                                    "reject", "pause", "resume", "scale", "worker", "validate", "retrain", "compact",
+                                    "bench", "exporter", "step", "release", "config"])
     assert found["jobs"] == ["check"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
-                                     "forecast", "capacity", "flink"])
+                                     "backtest", "forecast", "capacity", "flink"])
 
 
 def options(command) -> set[str]:

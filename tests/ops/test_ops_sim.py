@@ -74,7 +74,8 @@ def test_the_pickle_stays_small_whatever_the_age(tmp_path):
         wall.t += 60
         PersistentSimulatedJob(spec, tmp_path / "store", wall_clock=wall)
         sizes.append((tmp_path / "store" / "wc" / "sim.pickle").stat().st_size)
-    assert max(sizes) < 400_000 and sizes[-1] <= 1.05 * sizes[2]
+    # Bounded by the history it keeps (HISTORY_S), not by the job's age; the stages' load (a bottleneck) adds a little.
+    assert max(sizes) < 450_000 and sizes[-1] <= 1.05 * sizes[2]
 
 
 def test_dry_run_and_out_of_range_scale(tmp_path):
