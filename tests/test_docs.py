@@ -172,7 +172,9 @@ def test_design_links_point_at_code_that_exists(site: Path) -> None:
             pytest.fail(f"design.md links to {target}, which does not exist in the code ({exc})")
         assert f'id="{target}"' in pages[page], f"design.md links to {target}: no such entry on reference/{page}"
     targets = [t for _, t in links]
-    for name in ("capacity", "forecast", "recovery", "anomaly", "planner", "policies.hpa", "policies.ds2"):
+    for name in ("capacity.model", "forecast.forecaster", "recovery.prediction", "recovery.anomaly", "planning.planner",
+                 "planning.policies.hpa", "planning.policies.ds2", "planning.policies.flink_autoscaler",
+                 "planning.oracle"):
         assert any(t.startswith(f"daedalus.models.{name}") for t in targets), f"design.md links nothing in {name}"
 
 
