@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import importlib.machinery
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # pytest-xdist's workers start with COLUMNS=80, and a rich Console fixes its width when it is made (at import): a
 # test sets the width it needs itself, as it would in a serial run.
 os.environ.pop("COLUMNS", None)
+# An xdist worker runs as `python -c`, whose __main__ has neither __spec__ nor __file__; pyspark.sql.connect (which
+# Great Expectations imports) takes that for a doctest run and calls sys.exit(0). A spec named __main__ tells it
+# otherwise, and multiprocessing's spawn then re-imports nothing as the main module (it skips "__main__").
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _main = sys.modules["__main__"]
+    if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+        _main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
 # No test reads or writes the user's settings (~/.config/daedalus/settings.toml, ./daedalus.toml) or takes one of
 # the commands' settings from the shell that runs it (cli/settings.py); subprocesses inherit this.
 for _name in ("DAEDALUS_STORE", "DAEDALUS_JOBS_FILE", "DAEDALUS_LAKE", "DAEDALUS_POOL", "DAEDALUS_OPERATOR"):
