@@ -77,6 +77,8 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
     changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations
                                if k in names and getattr(base, k) is not None}
     changes["scale_in_interval"] = base.scale_in_s / speedup  # None in the defaults: the planner's own
+    # Worker-seconds on the loop's clock: a switch is weighed against what it saves over a compressed horizon.
+    changes["rescale_price"] = base.rescale_price / speedup
     changes.update(min_scaleout=1, max_scaleout=max_scaleout, checkpoint_interval=5.0, warmup_s=15.0)
     return dataclasses.replace(base, **changes)
 

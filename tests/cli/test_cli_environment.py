@@ -222,7 +222,9 @@ def test_step_with_only_the_environment_prints_no_telemetry_line(env, tmp_path):
     environment = {**{k: v for k, v in os.environ.items()
                       if not k.startswith(("DAEDALUS_", "PREFECT_"))},
                    "DAEDALUS_JOBS_FILE": env["DAEDALUS_JOBS_FILE"], "DAEDALUS_STORE": env["DAEDALUS_STORE"],
-                   "PREFECT_HOME": str(tmp_path / "prefect-home"), "DAEDALUS_SETTINGS": str(tmp_path / "none.toml")}
+                   "PREFECT_HOME": str(tmp_path / "prefect-home"), "DAEDALUS_SETTINGS": str(tmp_path / "none.toml"),
+                   # the temporary server `step` starts may take longer than Prefect's 20 s on a loaded machine
+                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
     report = tmp_path / "step.json"
     done = subprocess.run([sys.executable, "-c", "from daedalus.cli.main import main; main()", "step", LONG,
                            "--json", str(report)], env=environment, capture_output=True, text=True, timeout=300)
