@@ -24,11 +24,11 @@ install-test: $(BIN)/python
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
-# Two xdist workers: the suite mostly waits on real servers, so two run side by side; the engines' end-to-end tests
-# stay on one worker, one after the other (tests/conftest.py, ENGINE_TESTS).
+# One process: the engines' end-to-end tests measure capacity, which reads low while another test loads the other
+# core (`-n 2 --dist loadgroup` runs the suite on two workers; docs/start.md says what it costs).
 test: install-test
 	$(BIN)/ruff check .
-	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -rs
+	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs
 
 lint: install-test
 	$(BIN)/ruff check .
