@@ -24,11 +24,13 @@ install-test: $(BIN)/python
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
-# One process: the engines' end-to-end tests measure capacity, which reads low while another test loads the other
-# core (`-n 2 --dist loadgroup` runs the suite on two workers; docs/start.md says what it costs).
+# Two steps: everything but the engines on two xdist workers, then the engines alone in one process (their tests read
+# capacity, which reads low while another test loads the other core). Both always run; either failing fails the target.
+PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
 test: install-test
 	$(BIN)/ruff check .
-	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs
+	$(PYTEST) -n 2 -m "not engine"; rest=$$?; $(PYTEST) -m engine; engines=$$?; \
+	test $$rest -eq 0 && test $$engines -eq 0
 
 lint: install-test
 	$(BIN)/ruff check .
