@@ -72,7 +72,12 @@ def test_relaxation_without_any_schedule_that_keeps_the_slo():
 
 
 def test_rescale_budget_is_18_in_six_hours():
-    assert rescale_limit(6 * 3600) == 18 and rescale_limit(1199) == 0
+    assert rescale_limit(6 * 3600) == 18 and rescale_limit(1199) == 0 and rescale_limit(3600) == 3
+
+
+def test_a_run_longer_than_six_hours_gets_no_more_than_18_rescales():
+    # the tm trace runs 25,000 s: at one rescale per 20 min it would get 20, and 19 of them could fall in 6 hours
+    assert rescale_limit(25_000) == 18 and rescale_limit(48 * 3600) == 18
 
 
 def test_in_the_simulator_no_baseline_keeping_the_slo_is_cheaper(short_trace):
