@@ -184,12 +184,18 @@ def bench(
         fail(exc)
     t = Table(title=f"daedalus bench backtest: {jobs} jobs × {hours:g} h × {len(names)} policies")
     t.add_column("master")
-    for column in ("wall time", "per job", "backtested", "refused"):
+    for column in ("wall time", "per job", "backtested", "refused", "executor CPU", "job CPU median / max",
+                   "load average before / after"):
         t.add_column(column, justify="right")
     for master, m in report["masters"].items():
-        t.add_row(master, f"{m['seconds']:.1f} s", f"{m['seconds'] / jobs:.2f} s", str(m["backtested"]),
-                  str(m["refused"]))
+        cpu, load = m["cpu_s"], m["load_average"]
+        per_job = "—" if cpu["job_median"] is None else f"{cpu['job_median']:.1f} / {cpu['job_max']:.1f} s"
+        loads = f"{load['before'][0]:.1f} / {load['after'][0]:.1f}"
+        t.add_row(master, f"{m['seconds']:.1f} s", f"{m['seconds'] / report['jobs']:.2f} s", str(m["backtested"]),
+                  str(m["refused"]), f"{cpu['total']:.0f} s", per_job, loads)
     console.print(t)
+    phases = next(iter(report["masters"].values()))["cpu_s"]["by_phase"]
+    console.print("executor CPU per phase (first master): " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.items()))
     if "speedup" in report:
         console.print(f"speed-up {' → '.join(report['masters'])}: {report['speedup']:.2f}×")
     if json_out is not None:

@@ -1,6 +1,6 @@
 """The backtest on Spark: a job's (or the fleet's) history read from the lake with the pipeline's reader, validated
 by the metric-quality suite first, then replayed (sim/backtest.py) on the driver for one job or inside the executors
-for the fleet (`groupBy(job).applyInPandas`, one job per task), and published for the Prefect UI."""
+for the fleet (`applyInPandas`, one job per task), and published for the Prefect UI."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from daedalus.connectors.replay import (
     replay,
     replay_group,
 )
-from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
+from daedalus.connectors.spark import SparkSettings, read_lake, session
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.errors import ValidationError
 from daedalus.models.expectations import ValidationReport
@@ -41,10 +41,12 @@ HISTORY_COLUMNS = ("job", "worker", "timestamp", "workload", "throughput", "cpu"
 
 @dataclass(frozen=True)
 class FleetBacktest:
-    """Each job's report, and each job refused with why (validation, too short, too flat)."""
+    """Each job's report, and each job refused with why (validation, too short, too flat); `cpu_s`: each replayed
+    job's CPU seconds in its executor, per phase (rebuilding the history and fitting capacity, then each policy)."""
 
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
+    cpu_s: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def require_job(lake: Lake, job: str) -> None:
@@ -118,6 +120,24 @@ def _replay_each(names: tuple[str, ...], seed: int) -> Any:
     return replay_job
 
 
+def one_job_per_task(rows: DataFrame, jobs: list[str], spark: Any) -> DataFrame:
+    """The rows with a `slot` key per job, hash-partitioned on it into one partition per job: each of Spark's tasks
+    replays exactly one job, and a core that finishes takes the next job. Hashing the job names themselves puts
+    several jobs in one task and leaves others empty (10 jobs in 16 partitions: tasks of 0 to 3 jobs), so a core can
+    finish its share while the other still has two or three jobs to go. The keys are the smallest integers that
+    Spark's own partition hash (pmod of murmur3, as `repartition` uses) sends to partitions 0 … n−1."""
+    from pyspark.sql import functions as F
+
+    n = len(jobs)
+    keys = (spark.range(0, 64 * n).select("id", F.expr(f"pmod(hash(id), {n})").alias("p"))
+            .groupBy("p").agg(F.min("id").alias("id")).collect())
+    by_partition = {int(r["p"]): int(r["id"]) for r in keys}
+    if len(by_partition) < n:  # 64 draws per partition: missing one has probability about e^-64
+        raise RuntimeError(f"found keys for {len(by_partition)} of {n} partitions")
+    slot = F.create_map(*[F.lit(x) for i, job in enumerate(jobs) for x in (job, by_partition[i])])
+    return rows.withColumn("slot", slot[F.col("job")].cast("bigint")).repartition(n, "slot")
+
+
 def backtest_fleet(lake: Lake, names: list[str], since: float | None = None, until: float | None = None,
                    spark_settings: SparkSettings | None = None, seed: int = 0) -> FleetBacktest:
     """Every job of the lake's window in parallel on Spark, one job per task; jobs that fail validation are refused
@@ -131,15 +151,20 @@ def backtest_fleet(lake: Lake, names: list[str], since: float | None = None, unt
     require_valid(report)
     refused = {job: f"metric validation failed: {v.reason()}" for job, v in report.jobs.items() if not v.passed}
     spark = session(spark_settings)
-    rows = _rows(read_lake(spark, lake, since, until).rows).filter(~F.col("job").isin(list(refused)))
-    out = by_job(rows, spark).groupBy("job").applyInPandas(_replay_each(tuple(names), seed), RESULT_SCHEMA).collect()
-    reports = {}
+    jobs = sorted(job for job in report.jobs if job not in refused)
+    if not jobs:
+        return FleetBacktest({}, dict(sorted(refused.items())))
+    rows = _rows(read_lake(spark, lake, since, until).rows).filter(F.col("job").isin(jobs))
+    out = (one_job_per_task(rows, jobs, spark).groupBy("slot", "job")
+           .applyInPandas(_replay_each(tuple(names), seed), RESULT_SCHEMA).collect())
+    reports, cpu = {}, {}
     for row in sorted(out, key=lambda r: r["job"]):
+        cpu[row["job"]] = json.loads(row["cpu_s"])
         if row["error"] is not None:
             refused[row["job"]] = row["error"]
         else:
             reports[row["job"]] = json.loads(row["report"])
-    return FleetBacktest(reports, dict(sorted(refused.items())))
+    return FleetBacktest(reports, dict(sorted(refused.items())), cpu)
 
 
 # ---------------------------------------------------------------------- tables

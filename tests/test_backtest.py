@@ -3,12 +3,15 @@ figures, the capacity fit against the simulator's known capacities, and the repl
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from daedalus.bench.backtest import record_history
 from daedalus.connectors.lake import Lake
+from daedalus.connectors.replay import replay_group
 from daedalus.models.config import LoopConfig
 from daedalus.sim.backtest import (
     InsufficientHistory,
@@ -80,11 +83,40 @@ def test_too_short_and_too_flat_histories_say_what_is_missing() -> None:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory):
+def recorded_rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     """Two hours of a sine workload under DS2 on the default simulated job, as its loop appended them (seed 0)."""
     lake = Lake(str(tmp_path_factory.mktemp("lake")))
     record_history(lake, "sine", sine_workload(hours=2), policy="ds2", seed=0)
-    return history_from_rows("sine", lake.read("sine"))
+    return lake.read("sine")
+
+
+@pytest.fixture(scope="module")
+def recorded(recorded_rows):
+    return history_from_rows("sine", recorded_rows)
+
+
+def test_a_compacted_history_holds_the_loops_rows_in_one_file_before_its_last_minutes(tmp_path) -> None:
+    workload = sine_workload(hours=1)
+    loops, compacted = Lake(str(tmp_path / "loops")), Lake(str(tmp_path / "compacted"))
+    rows = record_history(loops, "j", workload, seed=0)
+    assert record_history(compacted, "j", workload, seed=0, compacted_before_s=600) == rows
+    assert len(loops.files(["j"])) == 60  # one file per loop
+    files = compacted.files(["j"])  # 50 minutes in one file, as compaction leaves them, then one per loop
+    assert len(files) == 1 + 10
+    assert (files[0].first, files[0].last) == (T0 + 1, T0 + 3000)
+    pd.testing.assert_frame_equal(compacted.read("j"), loops.read("j"))
+
+
+def test_a_fleet_replay_returns_the_report_and_the_cpu_seconds_of_each_phase(recorded_rows, recorded) -> None:
+    out = replay_group(recorded_rows, ("static", "ds2"), seed=0)
+    assert out["job"].tolist() == ["sine"] and out["error"].tolist() == [None]
+    assert json.loads(out["report"].iloc[0]) == json.loads(json.dumps(backtest(recorded, ["static", "ds2"])))
+    assert set(json.loads(out["cpu_s"].iloc[0])) == {"history", "static", "ds2"}
+    first_ten_minutes = recorded_rows[recorded_rows["timestamp"] <= pd.Timestamp(T0 + 600, unit="s", tz="UTC")]
+    refused = replay_group(first_ten_minutes, ("static",), seed=0)
+    assert refused["report"].tolist() == [None]
+    assert "holds 10 min of history; the forecaster needs 60 min" in refused["error"].iloc[0]
+    assert set(json.loads(refused["cpu_s"].iloc[0])) == {"history"}  # refused before any policy ran
 
 
 def test_the_fitted_capacity_matches_the_simulated_job_where_it_ran(recorded) -> None:
