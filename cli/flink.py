@@ -44,7 +44,17 @@ from daedalus.models.errors import DaedalusError
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.recovery.backlog import backlog_recovery_time
-from daedalus.runtime.flink import FLINK_VERSION, LocalFlink, Trace, TraceExporter, TraceJob, committed_ids, outages
+from daedalus.runtime.flink import (
+    BOTTLENECK_TASK,
+    FLINK_VERSION,
+    LocalFlink,
+    Trace,
+    TraceExporter,
+    TraceJob,
+    bottleneck_cost,
+    committed_ids,
+    outages,
+)
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
 
 JOB = "daedalus-demo"  # the jobs-file entry and the Flink job's name
@@ -57,12 +67,14 @@ MAX_LEVEL = 8  # TaskManagers (1 GB each) `daedalus bench flink --levels` may st
 MIN_SATURATED_S = 15  # seconds of saturation in the run that make a measurement of its own
 LEARN_S = 360.0  # paper seconds (90 s at 4×) in which the loop decides but does not act: capacity needs data
 PEAK = 2.5  # the plateau, in probed single-worker capacities: the probe runs against neighbours at their busiest
-# `--bottleneck`: wall time each record waits in the non-parallel stage `aggregate` (runtime/flink_job): at most 400
-# records/s, below one worker's `work` (about 1,000/s on a quiet machine), so it limits the job at every parallelism;
-# the probe then measures the job's saturation throughput, and the trace peaks at `BOTTLENECK_PEAK` × it. A stage
-# burning CPU instead (1,500 µs a record) ran 342/s at one worker and 558/s at four: on two shared cores the
-# scale-out moved `work` off its core.
-BOTTLENECK_US = 2500
+# `--bottleneck`: the non-parallel stage `aggregate` (runtime/flink_job) takes at most `BOTTLENECK_SHARE` × what one
+# worker's `work` processes, as the probe measures it on this machine at start (the stage waits 1e6 / that rate µs a
+# record). Below one worker: the stage saturates first at every parallelism, one worker's busiest task is the stage
+# (the loop reads its capacity there), and no scale-out raises what the job processes; a stage between one and two
+# workers' rate would make the first scale-out partly effective only (and a loop that jumps to the maximum, as
+# the default demo's did 1 → 4, would never try one that buys nothing). Half a worker leaves `work` room when the
+# machine gets busier than at the probe. The trace then peaks at `BOTTLENECK_PEAK` × the stage's rate.
+BOTTLENECK_SHARE = 0.5
 BOTTLENECK_PEAK = 1.5
 
 
@@ -177,14 +189,13 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
              ) -> dict[str, Any]:
     """The whole loop on a real Flink job; writes `out/report.json` and `out/report.png`, returns the report.
 
-    `bottleneck` gives the job a non-parallel stage that saturates below the trace's peak (`BOTTLENECK_US`): a
-    scale-out buys nothing, and the loop is to see that and roll it back.
+    `bottleneck` gives the job a non-parallel stage that saturates below the trace's peak, at `BOTTLENECK_SHARE` of
+    what the probe measured one worker processing: a scale-out buys nothing, and the loop is to see that and roll it
+    back.
 
     `speedup` compresses the loop's clock (the test runs at 8× to see a scale-in within minutes); `probe_s` and
     `flood_s` are how long the saturation measurements before and after the trace take at each parallelism."""
     loop_s = 60.0 / speedup
-    bottleneck_us = BOTTLENECK_US if bottleneck else 0
-    peak = BOTTLENECK_PEAK if bottleneck else peak
     from daedalus.flows.mape_k import mape_k
     from daedalus.runtime.prometheus import local_prometheus
 
@@ -212,15 +223,21 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
                     "one worker's saturation throughput …")
                 probes = {p: [m["throughput_median"]] for p, m in
                           bench_flink.flood(flink, exporter, workdir, "daedalus-probe", [1], WORK_US,
-                                            seconds=probe_s, skip_s=probe_s / 3, bottleneck_us=bottleneck_us).items()}
+                                            seconds=probe_s, skip_s=probe_s / 3).items()}
             finally:
                 server = starting.result()
                 stack.callback(server.stop)
         stack.enter_context(prefect_session(server))
         capacity_1 = probes[1][0]
-        rates = demo_trace(minutes, capacity_1, seed, peak)
-        say(f"One worker processes about {capacity_1:,.0f} records/s now; the trace runs {len(rates) / 60:.0f} min "
-            f"between {min(rates):,} and {max(rates):,} records/s.")
+        bottleneck_us, base = 0, capacity_1
+        if bottleneck:  # the probe measured `work` alone: it is no saturation of the job with its stage
+            base, peak, probes = BOTTLENECK_SHARE * capacity_1, BOTTLENECK_PEAK, {}
+            bottleneck_us = bottleneck_cost(base)
+            say(f"One worker's `work` processes about {capacity_1:,.0f} records/s now: the stage "
+                f"`{BOTTLENECK_TASK}` waits {bottleneck_us:,} µs a record, at most {1e6 / bottleneck_us:,.0f}/s.")
+        rates = demo_trace(minutes, base, seed, peak)
+        say(f"The job processes about {base:,.0f} records/s at one worker now; the trace runs "
+            f"{len(rates) / 60:.0f} min between {min(rates):,} and {max(rates):,} records/s.")
         cfg = compressed_config(taskmanagers, speedup)
         document = jobs_document(flink, taskmanagers)
         (out / "jobs.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
@@ -257,7 +274,8 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
             loops.append(summary)
             peak_rss = max(peak_rss, flink.rss_bytes())
             if summary.get("action") == "executed":
-                monitors.start(summary, _action_time(store_url, summary["decision"], began))
+                summary["action_time"] = _action_time(store_url, summary["decision"], began)
+                monitors.start(summary, summary["action_time"])
             say(_line(summary))
             next_at += loop_s * max(1, math.ceil((time.time() - next_at) / loop_s + 1e-9))
         say("Trace over: draining the backlog, then stopping the job with a savepoint …")
@@ -282,8 +300,10 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
-        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, bottleneck_us=bottleneck_us,
-                      rollbacks=rollbacks(loops), bottleneck=named_bottleneck(loops, knowledge))
+        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, probe_capacity_1=round(capacity_1, 1),
+                      bottleneck_us=bottleneck_us,
+                      bottleneck_rate=round(1e6 / bottleneck_us, 1) if bottleneck_us else None,
+                      **verification_report(loops, knowledge, found, cfg.ceiling_s))
     report["wall_s"] = round(time.time() - wall0, 1)
     report["jvms_left"] = _jvms_left(flink)
     (out / "report.json").write_text(json.dumps(report, indent=2))
@@ -291,11 +311,51 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
     return report
 
 
+def verification_report(loops: list[dict[str, Any]], knowledge: Knowledge | None, found: list[Any],
+                        ceiling_s: float) -> dict[str, Any]:
+    """report.json's verification keys: `rollbacks` and `bottleneck` (the contract), and `rollback_checks`."""
+    return {"rollbacks": rollbacks(loops), "bottleneck": named_bottleneck(loops, knowledge),
+            "rollback_checks": rollback_checks(loops, found, ceiling_s)}
+
+
+def _is_rollback(it: dict[str, Any]) -> bool:
+    """An executed decision that undoes the previous rescale: its loop judged that one ineffective, and the decision
+    is verification's (its reasons say it rolled back or forward), not the planner's."""
+    return (it.get("verdict") == "ineffective" and it.get("action") == "executed" and it["current"] != it["target"]
+            and any(r.startswith(("rolled back", "rolled forward")) for r in it.get("reasons") or ()))
+
+
 def rollbacks(loops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rescales the loop undid: an executed decision of a loop whose verification found the previous rescale
-    ineffective (its reasons give the evidence)."""
-    return [{"from": it["current"], "to": it["target"], "time": it["time"], "reason": "; ".join(it["reasons"])}
-            for it in loops if it.get("verdict") == "ineffective" and it.get("action") == "executed"]
+    """report.json's `rollbacks` (the contract): the rescales the loop undid, `{"from", "to", "time" (epoch seconds,
+    when the ledger says it was applied), "reason"}` (the reasons give the evidence)."""
+    return [{"from": int(it["current"]), "to": int(it["target"]), "time": float(it.get("action_time", it["time"])),
+             "reason": "; ".join(it["reasons"])} for it in loops if _is_rollback(it)]
+
+
+def rollback_checks(loops: list[dict[str, Any]], found: list[Any], ceiling_s: float) -> list[dict[str, Any]]:
+    """For each rollback of a scale-out: the rescale it undid, how long after that rescale's restart (the job RUNNING
+    again, from the JobManager's log) it came, and the scale-outs executed above its ceiling within the ceiling's
+    time (there must be none)."""
+    executed = [it for it in loops if it.get("action") == "executed"]
+    out = []
+    for back in rollbacks(loops):
+        if back["to"] > back["from"]:
+            continue  # a scale-in rolled forward sets no ceiling
+        undone = max((it for it in executed if it.get("action_time", it["time"]) < back["time"]),
+                     key=lambda it: it.get("action_time", it["time"]), default=None)
+        if undone is None:
+            continue
+        at = float(undone.get("action_time", undone["time"]))
+        outage = next((o for o in found if o.down >= at - 1.0), None)
+        restarted = None if outage is None else (outage.restarted or outage.up)
+        above = [{"from": it["current"], "to": it["target"], "time": it.get("action_time", it["time"])}
+                 for it in executed if back["time"] < it.get("action_time", it["time"]) < back["time"] + ceiling_s
+                 and it["target"] > back["to"]]
+        out.append({"undone": {"from": int(undone["current"]), "to": int(undone["target"]), "time": at},
+                    "restarted": restarted, "after_restart_s": None if restarted is None
+                    else round(back["time"] - restarted, 1), "ceiling": back["to"],
+                    "ceiling_until": back["time"] + ceiling_s, "scale_outs_above_ceiling": above})
+    return out
 
 
 def named_bottleneck(loops: list[dict[str, Any]], knowledge: Knowledge | None) -> str | None:

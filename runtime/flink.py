@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -228,14 +229,41 @@ class TraceJob:
     work_us: int = 1000  # CPU microseconds each record costs (the job's capacity is about 1e6 / work_us per core)
     splits: int = 12  # even shares for 1, 2, 3 and 4 readers
     keys: int = 128
-    # Microseconds of wall time each record waits in a non-parallel stage `aggregate` after `work` (0: no such stage):
-    # the job then processes at most about 1e6 / bottleneck_us records/s at any parallelism.
+    # Microseconds of wall time each record waits in a non-parallel stage `aggregate` after `work` (0: no such stage),
+    # a task of its own at every parallelism: the job then processes at most about 1e6 / bottleneck_us records/s
+    # however many workers it has (`bottleneck_cost`).
     bottleneck_us: int = 0
 
     def args(self) -> list[str]:
         return ["--trace", str(self.trace_file), "--start-ms", str(self.start_ms), "--output", str(self.output),
                 "--name", self.name, "--work-us", str(self.work_us), "--splits", str(self.splits),
                 "--keys", str(self.keys), "--bottleneck-us", str(self.bottleneck_us)]
+
+
+BOTTLENECK_TASK = "aggregate"  # the Flink task name of `--bottleneck-us`'s stage (its operator's, never chained)
+
+
+def bottleneck_cost(rate: float) -> int:
+    """The wait per record (µs) that makes `aggregate` take at most `rate` records/s: 1e6 / rate, rounded up.
+
+    The demo derives `rate` from what one worker's `work` measured on this machine at start (a share of it), so the
+    stage binds below one worker on any machine instead of at a constant tuned to one box."""
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"a bottleneck's rate is records per second > 0, got {rate!r}")
+    return math.ceil(1e6 / rate)
+
+
+def job_graph(job: TraceJob, parallelism: int, home: Path | None = None) -> list[tuple[str, int, int]]:
+    """The tasks Flink runs for `job` at `parallelism`, chaining applied: (name, parallelism, maximum parallelism) from
+    the source on (`TraceJob.java --plan`; -1: no maximum set). What the scheduler and the metrics' `task_name` see."""
+    home = home or flink_home()
+    done = subprocess.run([java_tool("java"), *JAVA_OPTS.split(), "-cp", f"{job_jar(home=home)}:{home / 'lib'}/*",
+                           JOB_CLASS, *job.args(), "--plan", str(parallelism)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise ConfigurationError(f"the trace job's graph at parallelism {parallelism}: {done.stderr[-2000:]}")
+    rows = [line.split("\t") for line in done.stdout.splitlines() if line.count("\t") == 2]
+    return [(name, int(p), int(m)) for name, p, m in rows]
 
 
 def committed_ids(output: Path) -> tuple[int, int]:

@@ -283,3 +283,45 @@ def test_the_jobs_file_sets_the_ceiling_time() -> None:
     doc = {"jobs": [{"name": "j", "engine": "sim", "ceiling": "20m"}, {"name": "k", "engine": "sim"}]}
     jobs = parse_jobs(doc, "jobs.yaml")
     assert jobs.job("j").loop_config().ceiling_s == 1200.0 and jobs.job("k").loop_config().ceiling_s == 3600.0
+
+
+def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shape(bottlenecked) -> None:
+    # report.json's `rollbacks` and `bottleneck`, built from the loop's own summaries as the demo builds them: the
+    # shape a check outside the repository reads, and the values of the rollback the loop made.
+    from daedalus.cli.flink import verification_report
+    from daedalus.runtime.flink import Outage
+
+    _, k, its = bottlenecked
+    loops = [{**it.summary(), "time": it.decision.time,
+              **({"action_time": it.action.time} if it.action is not None and it.action.state == "executed" else {})}
+             for it in its]
+    out = next(e for e in k.ledger if e.verdict == "ineffective")
+    back = next(it for it in its if it.verdict is not None and it.verdict.verdict == "ineffective")
+    restart = out.time + 20.0  # the job RUNNING again after the ineffective scale-out, as the JobManager logged it
+    report = json.loads(json.dumps(verification_report(loops, k, [Outage(out.time + 5.0, restart, restart + 1.0,
+                                                                         out.target)], CFG.ceiling_s)))
+    assert report["bottleneck"] == "aggregate"
+    rollback = report["rollbacks"][0]  # the first of the two hours' (the loop tries again after the ceiling's hour)
+    assert len(report["rollbacks"]) == sum(e.verdict == "ineffective" for e in k.ledger)
+    assert all(set(r) == {"from", "to", "time", "reason"} for r in report["rollbacks"])
+    assert set(rollback) == {"from", "to", "time", "reason"}
+    assert (rollback["from"], rollback["to"], rollback["time"]) == (out.target, 2, back.action.time)
+    assert isinstance(rollback["time"], float) and isinstance(rollback["reason"], str)
+    assert "ineffective" in rollback["reason"] and "rolled back" in rollback["reason"]
+    check = report["rollback_checks"][0]
+    assert check["undone"] == {"from": out.current, "to": out.target, "time": out.time}
+    assert check["after_restart_s"] == round(back.action.time - restart, 1) and check["ceiling"] == 2
+    assert all(c["scale_outs_above_ceiling"] == [] for c in report["rollback_checks"])
+
+
+def test_without_rollbacks_the_flink_demo_reports_empty_lists_and_no_stage() -> None:
+    from daedalus.cli.flink import verification_report
+
+    loops = [{"kind": "scale-out", "current": 1, "target": 4, "action": "executed", "time": 10.0,
+              "verdict": None, "reasons": ["forecast above capacity"], "bottleneck": "work",
+              "bottleneck_scalable": True},
+             {"kind": "scale-in", "current": 4, "target": 1, "action": "executed", "time": 400.0,
+              "verdict": "effective", "reasons": ["rescale 1 → 4 effective"], "bottleneck": None,
+              "bottleneck_scalable": None}]
+    assert verification_report(loops, None, [], 900.0) == {"rollbacks": [], "bottleneck": None,
+                                                           "rollback_checks": []}

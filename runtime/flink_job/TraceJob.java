@@ -33,8 +33,13 @@ import org.apache.flink.util.Collector;
  * {@code --bottleneck-us MICROS} (default 0: none): a non-parallel stage {@code aggregate} after {@code work}, at
  * parallelism 1 and maximum parallelism 1, that waits this long on every record (a synchronous write to a slow
  * external store) and so processes at most about 1e6 / MICROS records per second however many workers the job has:
- * a stage that cannot scale out. Wall time, not CPU time: on shared cores a stage that burns CPU gets faster when a
- * scale-out spreads its neighbours over other processes, and would not stay the bottleneck.
+ * a stage that cannot scale out. It is a task of its own (never chained): chained to {@code work} at parallelism 1
+ * its wait would be paid by {@code work}'s thread too, so one worker would run slower than the stage's rate and a
+ * scale-out, which unchains them, would buy real capacity. Wall time, not CPU time: on shared cores a stage that
+ * burns CPU gets faster when a scale-out spreads its neighbours over other processes.
+ *
+ * <p>{@code --plan P} prints the job graph at parallelism P instead of running it, one task a line: its name, its
+ * parallelism and its maximum parallelism, tab-separated (what Flink's scheduler will run, chaining included).
  *
  * <p>The sink writes one line per record, {@code id,count} (the record's id and its key's running count), into
  * part files it commits when a checkpoint completes; in-progress files are hidden ({@code .part-…}) until then.
@@ -53,6 +58,7 @@ public final class TraceJob {
         int keys = 128;
         long workMicros = 1000;
         long bottleneckMicros = 0;
+        int plan = 0;
         for (int i = 0; i + 1 < args.length; i += 2) {
             String value = args[i + 1];
             switch (args[i]) {
@@ -64,6 +70,7 @@ public final class TraceJob {
                 case "--keys" -> keys = Integer.parseInt(value);
                 case "--work-us" -> workMicros = Long.parseLong(value);
                 case "--bottleneck-us" -> bottleneckMicros = Long.parseLong(value);
+                case "--plan" -> plan = Integer.parseInt(value);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -73,6 +80,9 @@ public final class TraceJob {
         Trace trace = new Trace(startMs, readRates(traceFile));
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        if (plan > 0) {
+            env.setParallelism(plan);
+        }
         final int keyCount = keys;
         FileSink<String> sink = FileSink.forRowFormat(new Path(output), new SimpleStringEncoder<String>("UTF-8"))
                 .withBucketAssigner(new BasePathBucketAssigner<>())
@@ -92,6 +102,7 @@ public final class TraceJob {
                     .name("aggregate")
                     .setParallelism(1)
                     .setMaxParallelism(1)
+                    .disableChaining()
                     .sinkTo(sink)
                     .uid("committed-output")
                     .name("committed-output")
@@ -99,6 +110,13 @@ public final class TraceJob {
                     .setMaxParallelism(1);
         } else {
             worked.sinkTo(sink).uid("committed-output").name("committed-output");
+        }
+        if (plan > 0) {
+            for (org.apache.flink.runtime.jobgraph.JobVertex v
+                    : env.getStreamGraph().getJobGraph().getVerticesSortedTopologicallyFromSources()) {
+                System.out.println(v.getName() + "\t" + v.getParallelism() + "\t" + v.getMaxParallelism());
+            }
+            return;
         }
         env.execute(name);
     }

@@ -99,3 +99,26 @@ def test_bench_flink_refuses_levels_it_cannot_measure_before_starting_anything()
         res = CliRunner().invoke(app, ["bench", "flink", "--levels", bad])
         assert res.exit_code != 0 and "--levels" in res.output, (bad, res.output)
         assert "Traceback" not in res.output and "session cluster" not in res.output
+
+
+def test_the_bottleneck_waits_what_makes_its_rate():
+    assert runtime.bottleneck_cost(500.0) == 2000 and runtime.bottleneck_cost(333.0) == 3004  # ⌈1e6 / 333⌉
+    assert 1e6 / runtime.bottleneck_cost(287.4) <= 287.4  # never faster than asked
+    for bad in (0.0, -5.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="records per second > 0"):
+            runtime.bottleneck_cost(bad)
+
+
+@needs_flink
+def test_the_bottleneck_is_a_task_of_its_own_at_parallelism_1_at_every_parallelism(tmp_path):
+    # Chained to `work` (as it was), one worker's thread paid the stage's wait on top of its own work: one worker ran
+    # below the stage's rate, and the scale-out that unchained them bought capacity.
+    (tmp_path / "t.txt").write_text("5\n")
+    job = runtime.TraceJob("j", tmp_path / "t.txt", 1, tmp_path / "out", bottleneck_us=2000)
+    for p in (1, 4):
+        tasks = {name: (par, top) for name, par, top in runtime.job_graph(job, p)}
+        assert tasks[runtime.BOTTLENECK_TASK] == (1, 1), tasks
+        assert tasks["work"][0] == p and tasks["Source: trace"][0] == p
+    plain = runtime.job_graph(runtime.TraceJob("j", tmp_path / "t.txt", 1, tmp_path / "out"), 2)
+    assert [name for name, _, _ in plain] == ["Source: trace", "work -> committed-output: Writer -> "
+                                              "committed-output: Committer"]
