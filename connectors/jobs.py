@@ -31,8 +31,8 @@ LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in mo
 
 Engine = Literal["flink", "kafka-streams", "spark", "sim"]
 ENGINES: tuple[str, ...] = ("flink", "kafka-streams", "spark", "sim")
-ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "flink-rest",
-                   "flink-reactive", "sim"]
+ScaleKind = Literal["Deployment", "StatefulSet", "FlinkDeployment", "SparkApplication", "spark-local", "spark-submit",
+                   "flink-rest", "flink-reactive", "sim"]
 
 
 class ScaleTarget(Strict):
@@ -43,9 +43,11 @@ class ScaleTarget(Strict):
     namespace: Rfc1123Label = "default"
     name: Rfc1123Subdomain
     ready_timeout: Duration = 120.0  # after a patch, wait this long for the new scale-out to be ready
-    # spark-local: the job's working folder; flink-rest: the JobManager's REST address (http://host:8081);
-    # flink-reactive: the local cluster's folder (runtime/flink.py)
+    # spark-local: the job's working folder; spark-submit: a folder of its own (control files, driver log);
+    # flink-rest: the JobManager's REST address (http://host:8081); flink-reactive: the local cluster's folder
     path: str | None = None
+    # spark-submit: the application's submit command, `{scaleout}` where the scale-out goes (connectors/spark_submit.py)
+    command: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -55,6 +57,19 @@ class ScaleTarget(Strict):
                           "which sets spec.taskManager.replicas (the operator's CRD maps it there; with the "
                           "reactive scheduler the job's parallelism follows the TaskManagers): delete the key")
         return data
+
+    @model_validator(mode="after")
+    def _command(self) -> ScaleTarget:
+        if self.kind != "spark-submit":
+            if self.command is not None:
+                raise ValueError(f"field command: only a spark-submit target runs a command, not {self.kind!r}")
+            return self
+        if not self.path or not self.command:
+            raise ValueError("fields path and command: a spark-submit target needs a folder of its own and the "
+                             "application's submit command")
+        if "{scaleout}" not in self.command:
+            raise ValueError(f"field command: {self.command!r} has no {{scaleout}}: the scale-out would not change it")
+        return self
 
 
 class ScaleOut(Strict):

@@ -61,13 +61,17 @@ def scaler(spec: JobSpec, store_url: str) -> Scaler:
         from daedalus.connectors.spark_local import SparkLocalScaler
 
         return SparkLocalScaler.from_spec(spec)
+    if kind == "spark-submit":
+        from daedalus.connectors.spark_submit import SparkSubmitScaler
+
+        return SparkSubmitScaler.from_spec(spec)
     if kind == "sim":
         from daedalus.connectors.sim_persistent import PersistentSimulatedJob
 
         return PersistentSimulatedJob.from_spec(spec, store_url)
     raise ConfigurationError(
         f"job {spec.name!r}: no scale target kind {kind!r}; known: Deployment, FlinkDeployment, "
-        "SparkApplication, StatefulSet, flink-reactive, flink-rest, sim, spark-local"
+        "SparkApplication, StatefulSet, flink-reactive, flink-rest, sim, spark-local, spark-submit"
     )
 
 
