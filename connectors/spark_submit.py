@@ -51,7 +51,8 @@ def render(command: str, scaleout: int) -> list[str]:
 
 
 def alive(pid: int) -> bool:
-    """Whether the process runs (a child of ours that exited is reaped here, not counted as alive)."""
+    """Whether the process runs: a child of ours that exited is reaped here, and an exited process that its parent
+    has not reaped yet (a zombie, when the starter exited and the new parent reaps late) counts as gone."""
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
@@ -64,7 +65,11 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: the signal check is all there is
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 class SparkSubmitScaler:

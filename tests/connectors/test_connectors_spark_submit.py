@@ -8,9 +8,11 @@ and exits when asked (`stop`); variants exit at once with an error, or ignore th
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 
 import pytest
+import yaml
 
 from daedalus.connectors.jobs import parse_jobs
 from daedalus.connectors.spark_submit import SparkSubmitScaler, alive
@@ -110,3 +112,26 @@ def test_the_jobs_file_builds_the_scaler():
     assert isinstance(built, SparkSubmitScaler) and built.ready_timeout_s == 180
     with pytest.raises(ConfigurationError, match=r"has no \{scaleout\}"):
         SparkSubmitScaler("/t", "spark-submit job.py")
+
+
+def test_the_command_line_starts_it_once_and_another_process_stops_it(tmp_path):
+    """`python -m daedalus.runtime.spark_submit start` exits after the first micro-batch, leaving the application to
+    run on its own: the scaler of a later loop run, not its parent, must still see it run and see it end."""
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    jobs = tmp_path / "jobs.yaml"
+    command = shlex.join([sys.executable, str(app), "ok", "--x={scaleout}"])
+    jobs.write_text(yaml.safe_dump({"jobs": [{**JOB, "scaleout": {"min": 2, "max": 4}, "scale_target": {
+        "kind": "spark-submit", "name": "orders", "path": str(tmp_path / "target"), "command": command}}]}))
+    cli = [sys.executable, "-m", "daedalus.runtime.spark_submit"]
+    started = subprocess.run([*cli, "start", str(jobs), "orders"], capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0 and "submitted at scale-out 2" in started.stdout, started.stderr
+    again = subprocess.run([*cli, "start", str(jobs), "orders"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "already running" in again.stderr  # never two of them
+    s = SparkSubmitScaler(tmp_path / "target", command)
+    pid = s.state()["pid"]
+    assert s.current("orders") == 2 and alive(pid)
+    stopped = subprocess.run([*cli, "stop", str(jobs), "orders"], capture_output=True, text=True, timeout=60)
+    assert "stopped on request" in stopped.stdout and not alive(pid)
+    with pytest.raises(ConnectorError, match="not running"):
+        s.current("orders")
