@@ -8,9 +8,10 @@ resume the proposal's waiting approval run through that API.
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,6 +20,9 @@ from daedalus.cli.common import Format, JobsFile, Output, Store, console, fail, 
 from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, prefect_api, resolve
 from daedalus.models.errors import ConfigurationError, DaedalusError
 from daedalus.models.text import duration, number, percent, utc
+
+if TYPE_CHECKING:
+    from daedalus.models.types import LedgerEntry
 
 Operator = Annotated[str | None, typer.Option(
     help="Who acts; recorded in the ledger (default: the settings' operator, else your login)", show_default=False)]
@@ -151,25 +155,48 @@ def _iso(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(float(t), UTC).isoformat(timespec="seconds")
 
 
+def status_json(s: dict[str, Any]) -> dict[str, Any]:
+    """A job's stored status (its last loop) for scripts: values, not table cells; every time in ISO 8601 UTC on the
+    wall clock (a simulated job's own clock runs faster and is left out)."""
+    last, o, p = s.get("last_action"), s.get("override"), s.get("pending")
+    return {
+        "health": s.get("health"), "scaleout": s.get("current"), "recommended": s.get("recommended"),
+        "decision": s.get("kind"), "reasons": s.get("reasons") or [], "capacity": s.get("capacity"),
+        "workload": s.get("workload"), "forecast_peak": s.get("forecast_peak"),
+        "last_action": None if not last else {**last, "time": _iso(last.get("time"))},
+        "pending": None if not p else {**p, "expires": _iso(p.get("expires"))},
+        "held": None if not o else {**o, "until": _iso(o.get("until"))},
+        "paused": s.get("paused"), "last_loop": _iso(s.get("wall")),
+    }
+
+
 def fleet_json(records: list[dict[str, Any]], store_url: str) -> dict[str, Any]:
     """The fleet for scripts: values, not table cells (times in ISO 8601 UTC, numbers as numbers)."""
     jobs = []
     for r in records:
         s = r["status"]
-        last, o = s.get("last_action"), s.get("override")
-        jobs.append({
-            "job": r["job"], "mode": r["mode"], "health": s.get("health") if s else r["health"],
-            "stale": bool(s) and r["health"].startswith("stale:"),
-            "scaleout": s.get("current"), "recommended": s.get("recommended"), "decision": s.get("kind"),
-            "reasons": s.get("reasons") or [], "capacity": s.get("capacity"), "workload": s.get("workload"),
-            "forecast_peak": s.get("forecast_peak"),
-            "last_action": None if not last else {**last, "time": _iso(last.get("time"))},
-            "pending": s.get("pending") and {**s["pending"], "expires": _iso(s["pending"].get("expires"))},
-            "held": None if not o else {**o, "until": _iso(o.get("until"))},
-            "paused": s.get("paused"), "last_loop": _iso(s.get("wall")), "last_run": r["last run"] or None,
-            "schedule_paused": r["schedule paused"], "start_delay_s": r["start delay"],
-        })
+        jobs.append({"job": r["job"], "mode": r["mode"], **status_json(s),
+                     "health": s.get("health") if s else r["health"],
+                     "stale": bool(s) and r["health"].startswith("stale:"), "last_run": r["last run"] or None,
+                     "schedule_paused": r["schedule paused"], "start_delay_s": r["start delay"]})
     return {"store": store_url, "jobs": jobs}
+
+
+def _seconds(value: float | None) -> float | str | None:
+    """A duration for JSON: seconds, `never` where it is unbounded (JSON has no infinity), None where unknown."""
+    return None if value is None else value if math.isfinite(value) else "never"
+
+
+def entry_json(e: LedgerEntry) -> dict[str, Any]:
+    """A ledger entry for scripts: what `status JOB` shows, as values; each event at its own wall-clock time."""
+    return {
+        "decision": e.id, "time": _iso(e.shown_time), "from": e.current, "to": e.target, "kind": e.kind,
+        "state": e.state, "operator": e.operator,
+        "events": [{"time": _iso(t), "event": label} for t, label in e.events],
+        "predicted_recovery_s": _seconds(e.predicted_recovery_s),
+        "observed_recovery_s": _seconds(e.observed_recovery_s),
+        "verdict": e.verdict, "capacity_ratio": e.capacity_ratio, "reasons": list(e.reasons),
+    }
 
 
 def job_detail(job: str, store_url: str, fmt: Format = Format.table) -> None:
@@ -185,12 +212,16 @@ def job_detail(job: str, store_url: str, fmt: Format = Format.table) -> None:
     if status is None and k is None:
         raise DaedalusError(f"nothing stored for job {job!r} in {store_url}: has its loop run yet?")
     waiting = [m for _, m in Inbox(store_url).pending(job)]
-    ledger = [] if k is None else ledger_rows(k, limit=15, full_reasons=True)
-    if fmt == Format.json:
-        print_json({"job": job, "status": status, "ledger": ledger,
-                    "pending": None if k is None or k.pending is None else vars(k.pending),
+    if fmt == Format.json:  # the same values as the table, for scripts: no cell text, every time in ISO 8601 UTC
+        p, entries = (None, []) if k is None else (k.pending, sorted(k.ledger[-15:], key=lambda e: e.changed,
+                                                                      reverse=True))
+        print_json({"job": job, "status": status and {"mode": status.get("mode"), **status_json(status)},
+                    "ledger": [entry_json(e) for e in entries],
+                    "pending": p and {"id": p.id, "from": p.current, "to": p.target, "expires": _iso(p.expires),
+                                      "reasons": list(p.reasons)},
                     "inbox": [{"kind": m.kind, "time": _iso(m.time), "message": m.describe()} for m in waiting]})
         return
+    ledger = [] if k is None else ledger_rows(k, limit=15, full_reasons=True)
     if status:
         out.print(f"[bold]{job}[/bold] ({status.get('mode', '?')}): health {status.get('health') or '?'}; "
                   f"scale-out {status.get('current')}, recommended {status.get('recommended')} "

@@ -74,6 +74,48 @@ def test_status_of_a_job_whose_older_loop_stored_infinite_values(fleet, jobs_fil
     assert "120,000 tuples/s" in text and "never" in text and "inf" not in text
 
 
+def _strict(text: str) -> dict:
+    """JSON as jq reads it: `Infinity` or `NaN` is an error."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_status_of_one_job_as_json_gives_values_with_dated_events(fleet, jobs_file, store_url):
+    # The operator's second hour: the ledger came as table cells ("12 → 6", "proposed 00:00:00 → …" with no date,
+    # "95 s / —") and the status and proposal as epoch seconds on two clocks: a script had to parse text.
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0 + 600, ttl=300.0)
+    k.record(LedgerEntry("ads-1", T0, 4, 6, "scale-out", ("C_4 below the peak",), "executed", float("inf"), None,
+                         "", [(T0, "proposed")], wall=T0, operator="alice",
+                         events=[(T0, "proposed"), (T0 + 57, "approved by alice"), (T0 + 58, "executed")]))
+    KnowledgeStore(store_url).save(k)
+    write_json(store_url, "ads", "status.json", {
+        "job": "ads", "mode": "approve", "time": T0 + 9_999, "wall": T0 + 61, "current": 6, "recommended": 6,
+        "kind": "scale-out", "health": "ok", "capacity": 600_000.0, "workload": 120_000.0, "forecast_peak": None,
+        "reasons": ["approved by alice"], "paused": False,
+        "last_action": {"id": "ads-1", "time": T0 + 58, "from": 4, "to": 6, "state": "executed", "operator": "alice"},
+        "pending": {"id": k.pending.id, "from": 4, "to": 6, "expires": T0 + 900}, "override": None})
+    result = run("status", "ads", "-o", "json")
+    assert result.exit_code == 0, result.output
+    detail = _strict(result.stdout)
+    status = detail["status"]
+    assert (status["mode"], status["scaleout"], status["decision"]) == ("approve", 6, "scale-out")
+    assert status["last_loop"] == "2026-01-01T00:01:01+00:00"
+    assert status["last_action"]["time"] == "2026-01-01T00:00:58+00:00"
+    assert status["pending"]["expires"] == "2026-01-01T00:15:00+00:00"
+    executed = next(e for e in detail["ledger"] if e["decision"] == "ads-1")
+    assert executed == {
+        "decision": "ads-1", "time": "2026-01-01T00:00:00+00:00", "from": 4, "to": 6, "kind": "scale-out",
+        "state": "executed", "operator": "alice",
+        "events": [{"time": "2026-01-01T00:00:00+00:00", "event": "proposed"},
+                   {"time": "2026-01-01T00:00:57+00:00", "event": "approved by alice"},
+                   {"time": "2026-01-01T00:00:58+00:00", "event": "executed"}],
+        "predicted_recovery_s": "never", "observed_recovery_s": None, "verdict": None, "capacity_ratio": None,
+        "reasons": ["C_4 below the peak"]}
+    assert detail["pending"] == {"id": k.pending.id, "from": 4, "to": 6, "expires": "2026-01-01T00:15:00+00:00",
+                                 "reasons": ["C_4 below the forecast peak"]}
+
+
 def test_approve_and_reject_without_a_prefect_api_say_so_and_how_to_set_it(fleet, jobs_file, store_url):
     # Issue 14 item 4: they said "no approval run found" when the API was unset.
     pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
