@@ -76,8 +76,10 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
             p, now, recovered, cfg.verify_after_s, loaded, model.saturated_throughput is not None):
         return Verified(notes=notes)
     observed = v.observed_capacity(a.capacity(p.target), obs.stages)
-    overloaded = model.saturated_throughput is not None and a.avg_workload > observed
-    verdict = v.judge(p, observed, overloaded, cfg.verify_tolerance)
+    saturated = model.saturated_throughput is not None
+    overloaded = saturated and a.avg_workload > observed
+    stage_saturated = bool(obs.stages) and k.bottleneck is not None  # located in this window
+    verdict = v.judge(p, observed, overloaded, cfg.verify_tolerance, saturated=saturated or stage_saturated)
     result = v.Verification(p.decision_id, p.current, p.target, p.before, p.predicted, observed, verdict,
                             p.busy_before, v.busy_shares(obs.stages), k.bottleneck)
     entry.verdict, entry.capacity_ratio = verdict, round(result.ratio, 4)
