@@ -15,7 +15,7 @@ import numpy as np
 
 from daedalus.models import analyze as analysis
 from daedalus.models.capacity.verification import Bottleneck, Verification
-from daedalus.models.config import LoopConfig
+from daedalus.models.config import RESCALE_WINDOW_S, LoopConfig
 from daedalus.models.control import ControlMessage, apply_messages, hold, start_hold
 from daedalus.models.errors import ConnectorError
 from daedalus.models.execute import Journal, execute, reconcile
@@ -44,6 +44,8 @@ def plan(cfg: LoopConfig, a: Analysis, knowledge: Knowledge, now: float) -> Deci
         downtime_in_s=knowledge.downtime.in_s,
         ceiling=None if knowledge.ceiling is None or not knowledge.ceiling.active(now) else (
             knowledge.ceiling.scaleout, knowledge.ceiling.describe()),
+        recent_rescales=sum(e.state == "executed" and e.target != e.current and now - e.time < RESCALE_WINDOW_S
+                            for e in knowledge.ledger),
     )
     return planner.plan(cfg, a, ctx, now)
 

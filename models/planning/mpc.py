@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daedalus.models.config import LoopConfig
+from daedalus.models.config import RESCALE_WINDOW_S, LoopConfig
 from daedalus.models.text import duration
 from daedalus.models.types import Analysis
 
@@ -353,7 +353,7 @@ def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float,
 
 
 def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None, last_action: float | None,
-           downtime_out_s: float | None = None, downtime_in_s: float | None = None
+           downtime_out_s: float | None = None, downtime_in_s: float | None = None, recent_rescales: int = 0
            ) -> tuple[int, tuple[str, ...], bool]:
     """The scale-out to run now, why, and whether it is early (sooner than the planner's pace allows, because
     waiting would break the latency budget; or inside the grace period, because keeping would break the SLO): the
@@ -374,6 +374,9 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     scale_in_left = 0.0 if last_rescale is None else max(0.0, cfg.scale_in_s - (now - last_rescale))
     unobserved = not a.observed[cur - 1]
     if unobserved:  # every smaller capacity would be an extrapolation from a capacity not measured yet
+        scale_in_left = math.inf
+    spent = recent_rescales + 2 > cfg.rescale_budget  # a scale-in now and a scale-out undoing it must both fit
+    if spent:
         scale_in_left = math.inf
     pace_left = 0.0 if last_rescale is None else max(0.0, cfg.rescale_interval - (now - last_rescale))
     # The band must be kept until a schedule could next act at the planner's pace (and its rescale is over):
@@ -414,6 +417,9 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
              f"{budget:.0f} s ({cfg.latency_budget_share:g} × SLO {cfg.latency_slo:.0f} s)", *inputs.notes]
     if unobserved:
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
+    if spent:
+        notes.append(f"{recent_rescales} rescales in the last {duration(RESCALE_WINDOW_S)} (budget "
+                     f"{cfg.rescale_budget}): no scale-in, which a scale-out might have to undo")
 
     def text(s: Schedule) -> str:
         n = len(s.switches)

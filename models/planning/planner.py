@@ -44,6 +44,7 @@ class PlanContext:
     downtime_in_s: float | None = None
     # (scale-out, why): no scale-out above it, since a larger one bought nothing (models/capacity/verification.py)
     ceiling: tuple[int, str] | None = None
+    recent_rescales: int = 0  # rescales executed in the last `RESCALE_WINDOW_S` (the rescale budget's count)
 
 
 def _window_max(values: tuple[float, ...], seconds: float) -> float:
@@ -133,7 +134,7 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         target, reasons = algorithm_1(cfg, a, since_rescale)
     else:
         target, reasons, early = planner_mpc.decide(cfg, a, now, ctx.last_rescale, ctx.last_action,
-                                                    ctx.downtime_out_s, ctx.downtime_in_s)
+                                                    ctx.downtime_out_s, ctx.downtime_in_s, ctx.recent_rescales)
     notes = list(reasons)
     if cfg.partitions is not None and target > max(cfg.partitions, cur):
         notes.append(f"the source has {cfg.partitions} partitions, so more workers would idle: {target} → "
