@@ -37,6 +37,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
+from daedalus.models.config import RESCALE_WINDOW_S, LoopConfig
+
 
 @dataclass(frozen=True, eq=False)
 class Instance:
@@ -189,9 +191,8 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
     return Plan(tuple(schedule), worker_seconds, over_total, rescales)
 
 
-RESCALES_PER_WINDOW = 18  # the rescale budget: at most 18 rescales in any 6 hours …
-WINDOW_S = 6 * 3600.0
-RESCALE_EVERY_S = WINDOW_S / RESCALES_PER_WINDOW  # … and one per 20 minutes on average in a shorter run
+BUDGET = LoopConfig.rescale_budget  # the job's rescale budget: at most 18 rescales in any 6 hours …
+RESCALE_EVERY_S = RESCALE_WINDOW_S / BUDGET  # … and one per 20 minutes on average in a shorter run
 
 
 def rescale_limit(duration_s: float) -> int:
@@ -199,4 +200,4 @@ def rescale_limit(duration_s: float) -> int:
     dynamic programme counts rescales over the run, not per window, and only a total of 18 keeps every 6-hour window
     within 18 wherever they fall (at 20 per 25,000 s the oracle made 19 on the 6.9-hour tm trace, all of them
     possibly inside 6 hours)."""
-    return min(RESCALES_PER_WINDOW, int(duration_s // RESCALE_EVERY_S))
+    return min(BUDGET, int(duration_s // RESCALE_EVERY_S))
