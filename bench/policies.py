@@ -453,7 +453,7 @@ def run_benchmark(
             "daedalus_loop": {k: v for k, v in asdict(LoopConfig(**(loop_overrides or {}))).items()
                               if k in ("target_recovery_time", "scale_in_interval", "grace_s", "recent_rescale_s",
                                        "latency_slo", "latency_budget_share", "latency_weight", "forecast_z",
-                                       "capacity_margin", "rescale_interval")},
+                                       "capacity_margin", "rescale_interval", "rescale_price", "rescale_budget")},
             "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": w.source, "group": w.group, "hours": w.hours} for w in workloads},
         },
