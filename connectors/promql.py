@@ -152,7 +152,9 @@ FLINK_CPU_SIGNALS = {"busy-time": FLINK_BUSY, "jvm-cpu-load": FLINK_JVM_CPU}
 # No Kafka Streams series names its application: the job's selector is the labels the scrape adds (namespace, pod
 # labels), one application per pod.
 _KS_THREAD = "kafka_streams_stream_thread_metrics_{}{{${{selector}}}}"
-_KS_PROCESS = _KS_THREAD.format("process_total")
+# `process-total` keeps its `_total` under the exporter 0.x; from 1.0.1 on (and with the Strimzi metrics reporter) the
+# client library strips the suffix from every name it does not publish as a counter: `..._process`.
+_KS_PROCESS = '{__name__=~"kafka_streams_stream_thread_metrics_process(?:_total)?", ${selector}}'
 _KS_BUSY = " + ".join(_KS_THREAD.format(f"{share}_ratio") for share in ("process", "punctuate", "commit"))
 KS_JVM_CPU = "max by (${worker}) (java_lang_OperatingSystem_ProcessCpuLoad{${selector}})"
 KAFKA_STREAMS = {

@@ -15,6 +15,10 @@ docs at the default recording level `info`. Its known answers, by construction:
   topic (5,000 behind), the client-level `records-lag-max`, and the broker's counter of the other topic.
 
 The pods are labelled as Kubernetes service discovery would (`namespace`, `pod`, and the pod label `app`).
+
+The same MBeans are then published as other exporters would (kafka_naming.py): the JMX exporter 1.x with its default
+naming, Strimzi's metrics reporter with Strimzi's broker rules, Confluent's rule sets; each must give the same numbers
+with the queries docs/engines.md gives for it.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import json
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from connectors_support import needs_prometheus
+from kafka_naming import Bean, RuleSet, Sample, beans, strimzi_reporter
 
 from daedalus.cli import observe
 from daedalus.runtime.prometheus import local_prometheus
@@ -67,9 +74,9 @@ def _target(pod: str) -> dict[str, str]:
     return {"namespace": "streaming", "pod": pod, "app": pod.rsplit("-", 1)[0]}
 
 
-def _openmetrics() -> str:
+def _openmetrics(scrapes: list[tuple[float, str, list[tuple[str, dict[str, str], float]]]]) -> str:
     families: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
-    for t, pod, samples in SCRAPES:
+    for t, pod, samples in scrapes:
         for name, labels, value in samples:
             text = ",".join(f'{k}="{v}"' for k, v in sorted({**labels, **_target(pod)}.items()))
             moved = value + SHIFT if name == "process_start_time_seconds" else value  # a time moves with its scrape
@@ -83,11 +90,11 @@ def _openmetrics() -> str:
 
 @pytest.fixture(scope="module")
 def prom_url(tmp_path_factory):
-    with local_prometheus(tmp_path_factory.mktemp("prom"), openmetrics=_openmetrics()) as url:
+    with local_prometheus(tmp_path_factory.mktemp("prom"), openmetrics=_openmetrics(SCRAPES)) as url:
         yield url
 
 
-def _observe(url: str, tmp_path: Path, selector: str, topic: str, queries: str = "") -> dict:
+def _observe(url: str, tmp_path: Path, selector: str, topic: str, queries: str = "", check: bool = True) -> dict:
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"""
 jobs:
@@ -100,6 +107,8 @@ jobs:
 {queries}""")
     out = tmp_path / "seen.json"
     result = run("observe", "orders", "--jobs-file", jobs, "--json", out, "--window", 4 * STEP, "--at", LAST + SHIFT)
+    if not check:
+        return {"output": flat(result.output), "exit_code": result.exit_code}
     assert result.exit_code == 0, result.output
     seen = json.loads(out.read_text())
     assert ("No hold" in flat(result.output)) == (seen["holds"] == [])
@@ -120,8 +129,8 @@ def test_the_exposition_has_its_decoys():
     assert not any("application" in k for _, _, s in SCRAPES for _, labels, _ in s for k in labels)
 
 
-def test_the_application_and_only_it_is_observed_with_the_right_numbers(prom_url, tmp_path):
-    seen = _observe(prom_url, tmp_path, "{namespace: streaming, app: orders-app}", "orders")
+def _known_answers(seen: dict) -> None:
+    """What the exposition was written with: the application and only it, with no hold."""
     assert seen["holds"] == []
     assert seen["scaleout"] == 2  # pods with alive stream threads, not the 4 threads nor the billing pod
     workers = seen["workers"]
@@ -136,6 +145,10 @@ def test_the_application_and_only_it_is_observed_with_the_right_numbers(prom_url
     assert seen["uptime_s"][-1] == pytest.approx(1800 + 30)  # since the newer of the two JVMs started
 
 
+def test_the_application_and_only_it_is_observed_with_the_right_numbers(prom_url, tmp_path):
+    _known_answers(_observe(prom_url, tmp_path, "{namespace: streaming, app: orders-app}", "orders"))
+
+
 def test_the_jvm_cpu_load_by_name(prom_url, tmp_path):
     seen = _observe(prom_url, tmp_path, "{namespace: streaming, app: orders-app}", "orders",
                     "    queries: {cpu: jvm-cpu-load}\n")
@@ -148,3 +161,118 @@ def test_a_rule_set_with_lowercase_names_needs_the_documented_overrides(prom_url
     override = "    queries: {cpu: 'max by (pod) (java_lang_operatingsystem_processcpuload{${selector}})'}\n"
     seen = _observe(prom_url, tmp_path, "{namespace: streaming, app: orders-app}", "orders", override)
     assert any(h.startswith("no data for cpu") or "reports throughput only" in h for h in seen["holds"]), seen["holds"]
+
+
+# --- The same application under the exporters people run (tests/connectors/kafka_naming.py) -------------------------
+# Each scrape's MBeans, rebuilt from the exposition's HELP templates and labels, are published again by a broker and an
+# application exporter; the client-level string attributes (state, application id, version, topology), the failed
+# threads and the broker's all-topics counter are added as decoys, since the default naming skips or hides them.
+
+RULES = Path(__file__).parent
+BEANS, OWN = beans(EXPOSITION)
+STRIMZI_BROKER = RuleSet((RULES / "kafka-rules-strimzi-broker.yml").read_text())
+CONFLUENT_BROKER = RuleSet((RULES / "kafka-rules-confluent-broker.yml").read_text())
+EXPORTERS: dict[str, tuple[Callable[[Bean], Sample | None], RuleSet]] = {
+    "exporter 1.x, default naming": (RuleSet("").publish, STRIMZI_BROKER),
+    "Strimzi metrics reporter": (strimzi_reporter, STRIMZI_BROKER),
+    "Confluent rule sets": (RuleSet((RULES / "kafka-rules-confluent-streams.yml").read_text()).publish,
+                            CONFLUENT_BROKER),
+}
+
+
+def _decoys(pod: str, found: list[Bean]) -> list[Bean]:
+    extra = []
+    for bean in found:
+        if bean.attribute == "alive-stream-threads":
+            extra += [Bean(bean.domain, bean.properties, attribute, value) for attribute, value in (
+                ("state", "RUNNING"), ("application-id", pod.rsplit("-", 1)[0]), ("version", "3.9.1"),
+                ("commit-id", "5b3b25ad2ea2c1b4"), ("topology-description", "Topologies: Sub-topology: 0"),
+                ("failed-stream-threads", 0))]
+    counts = [b.value for b in found if b.attribute == "Count" and dict(b.properties).get("name") == "MessagesInPerSec"]
+    if counts:
+        extra.append(Bean("kafka.server", (("type", "BrokerTopicMetrics"), ("name", "MessagesInPerSec")), "Count",
+                          sum(float(c) for c in counts)))
+    return extra
+
+
+def _published(exporter: str) -> list[tuple[float, str, list[Sample]]]:
+    app, broker = EXPORTERS[exporter]
+    out = []
+    for (t, pod, found), (_, _, own) in zip(BEANS, OWN, strict=True):
+        publish = broker.publish if pod.startswith("kafka-") else app
+        samples = [s for b in found + _decoys(pod, found) if (s := publish(b)) is not None]
+        out.append((t, pod, samples + own))  # the JVM's process_* series: every one of them publishes its own
+    return out
+
+
+def _docs_override() -> dict[str, str]:
+    """The `queries:` override docs/engines.md gives for Confluent's rule sets, as written there."""
+    text = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if 'alive_stream_threads!=""' in b)
+    return yaml.safe_load(block)["queries"]
+
+
+def test_the_rule_engine_reproduces_the_written_exposition():
+    """The beans rebuilt from the exposition, published by the exporter 0.x (no suffix stripped) with no rules for the
+    applications and Strimzi's broker rules for the broker, give back every sample as written."""
+    apps = RuleSet("", strip=False)
+    broker = RuleSet((RULES / "kafka-rules-strimzi-broker.yml").read_text(), strip=False)
+    for (t, pod, found), (_, _, own), (_, _, written) in zip(BEANS, OWN, SCRAPES, strict=True):
+        publish = (broker if pod.startswith("kafka-") else apps).publish
+        assert sorted([publish(b) for b in found] + own, key=repr) == sorted(written, key=repr), (t, pod)
+
+
+def _first_scrape(exporter: str, pod: str) -> dict[str, list[set[str]]]:
+    """Series name → the label names of each of its series, in the pod's first scrape."""
+    samples = next(s for _, p, s in _published(exporter) if p == pod)
+    found: dict[str, list[set[str]]] = defaultdict(list)
+    for name, labels, _ in samples:
+        found[name].append(set(labels))
+    return found
+
+
+def test_the_names_each_exporter_gives():
+    default, strimzi, confluent = (_first_scrape(e, "orders-app-0") for e in EXPORTERS)
+    # The exporter 1.x and the Strimzi reporter drop `_total` from `process-total`: a gauge, not a counter.
+    for found in (default, strimzi, confluent):
+        assert "kafka_streams_stream_thread_metrics_process" in found
+        assert "kafka_streams_stream_thread_metrics_process_total" not in found
+        assert "kafka_consumer_consumer_fetch_manager_metrics_records_lag" in found
+    threads = "kafka_streams_stream_metrics_alive_stream_threads"
+    assert threads in default and "java_lang_OperatingSystem_ProcessCpuLoad" in default
+    assert threads in strimzi and not any(n.startswith("java_lang") for n in strimzi)
+    assert {"client_id", "application_id"} in strimzi["kafka_streams_stream_metrics_application_id_info"]
+    # Confluent's: the threads in a label of one family (its dashboards read `kafka_streams_stream_metrics{
+    # alive_stream_threads!=""}`), the client type on the consumer's series, no java.lang beans (not whitelisted).
+    assert {"client_id", "alive_stream_threads"} in confluent["kafka_streams_stream_metrics"]
+    assert {"client_id", "application_id"} in confluent["kafka_streams_stream_metrics"]
+    assert threads not in confluent
+    lag = confluent["kafka_consumer_consumer_fetch_manager_metrics_records_lag"]
+    assert lag and all("client_type" in labels for labels in lag)
+    assert not any(n.startswith("java_lang") for n in confluent)
+    strimzi_broker, confluent_broker = (_first_scrape(e, "kafka-0") for e in list(EXPORTERS)[1:])
+    # Both publish the broker's all-topics counter under the same name, without `topic`: the topic matcher skips it.
+    for found, name in ((strimzi_broker, "kafka_server_brokertopicmetrics_messagesin_total"),
+                        (confluent_broker, "kafka_server_brokertopicmetrics_messagesinpersec")):
+        assert sorted(found[name], key=len) == [set(), {"topic"}, {"topic"}]
+
+
+@pytest.fixture(scope="module", params=list(EXPORTERS))
+def exported(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prom")
+    with local_prometheus(folder, openmetrics=_openmetrics(_published(request.param))) as url:
+        yield request.param, url
+
+
+def test_every_exporter_with_its_documented_queries_gives_the_same_numbers(exported, tmp_path):
+    exporter, url = exported
+    selector = "{namespace: streaming, app: orders-app}"
+    if exporter == "Confluent rule sets":
+        # The default queries find neither its threads nor its broker's counter: the loop holds.
+        seen = _observe(url, tmp_path, selector, "orders", check=False)
+        assert "No hold" not in seen["output"]
+        assert "no data for scaleout" in seen["output"] and "no data for workload" in seen["output"]
+        queries = f"    queries: {json.dumps(_docs_override())}\n"
+    else:
+        queries = ""  # the default queries read it
+    _known_answers(_observe(url, tmp_path, selector, "orders", queries))
