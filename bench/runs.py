@@ -1,8 +1,10 @@
 """Each benchmark run's result kept on disk, so a re-run reuses the runs whose code and inputs did not change.
 
-Only the policies that do not run the loop's planner are reused (the baselines and the oracle): a benchmark re-run
-after a planner change then simulates only the two Daedalus policies. A kept run is reused only under the same key:
-the source of the simulator, of the policy and of what it imports, the trace itself, and the run's settings.
+A kept run is reused only under the same key: the source of the simulator, of the policy and of what it imports, the
+trace itself, and the run's settings. The baselines and the oracle import little of models/, so a benchmark re-run
+after a planner change simulates only the two Daedalus policies; those run the whole loop, so their key adds every
+module of models/ and every loop setting, and they are reused only while none of it changed (a long benchmark cut
+short keeps what it finished).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import numpy as np
 from daedalus.models.config import LoopConfig
 
 REUSABLE = ("static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "oracle")
+LOOP_POLICIES = ("daedalus", "daedalus-paper")  # reused only while models/ and the loop settings are unchanged
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("sim/*.py", "bench/policies.py", "bench/runs.py", "models/types.py", "models/ports.py", "models/steps.py",
            "models/planning/oracle.py", "models/planning/policies/*.py")
@@ -26,17 +30,18 @@ SOURCES = ("sim/*.py", "bench/policies.py", "bench/runs.py", "models/types.py", 
 def key(policy: str, workload: str, seed: int, values: np.ndarray, max_scaleout: int, peak_utilization: float,
         loop_overrides: Mapping[str, float] | None) -> str | None:
     """The key a kept run must have to be reused; None for a policy that is never reused."""
-    if policy not in REUSABLE:
+    loop = policy in LOOP_POLICIES
+    if policy not in REUSABLE and not loop:
         return None
     digest = hashlib.sha256()
-    for pattern in SOURCES:
+    for pattern in (*SOURCES, "models/**/*.py") if loop else SOURCES:
         for path in sorted(ROOT.glob(pattern)):
-            if path.name != "daedalus.py":  # the Daedalus policy runs the planner: the baselines do not import it
+            if loop or path.name != "daedalus.py":  # the Daedalus policy runs the planner: the baselines do not
                 digest.update(path.read_bytes())
     digest.update(np.ascontiguousarray(values, dtype=float).tobytes())
     cfg = LoopConfig(max_scaleout=max_scaleout, **(loop_overrides or {}))
-    digest.update(json.dumps([policy, workload, seed, max_scaleout, peak_utilization, cfg.loop_interval_s,
-                              cfg.latency_slo, cfg.checkpoint_interval]).encode())
+    settings = asdict(cfg) if loop else [cfg.loop_interval_s, cfg.latency_slo, cfg.checkpoint_interval]
+    digest.update(json.dumps([policy, workload, seed, max_scaleout, peak_utilization, settings]).encode())
     return digest.hexdigest()
 
 

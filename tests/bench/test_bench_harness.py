@@ -183,4 +183,12 @@ def test_kept_runs_are_reused_while_their_key_matches(short_trace, tmp_path):
     third = run_benchmark([Workload("short_ramp", short_trace)], tmp_path / "c", seeds=[0], policies=["static"],
                           runs_dir=kept)
     assert third["results"]["short_ramp"]["static"]["rescales"] == 0
-    assert "daedalus" not in runs.REUSABLE and "daedalus-paper" not in runs.REUSABLE
+    values = np.ones(10)
+
+    def key(policy, **loop):
+        return runs.key(policy, "w", 0, values, 12, 0.9, loop)
+
+    # the planners run the whole loop: every loop setting is in their key; a baseline's ignores the planner's
+    assert key("daedalus") != key("daedalus", rescale_price=900.0) and key("daedalus") != key("daedalus-paper")
+    assert key("ds2") == key("ds2", rescale_price=900.0) and key("ds2") != key("daedalus")
+    assert key("no-such-policy") is None
