@@ -223,10 +223,10 @@ def policies(
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     target_recovery: TargetRecovery = None,
     scale_in_interval: ScaleInInterval = None,
-    runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse the baselines' "
-                                                   "and the oracle's while their code, trace and settings are "
-                                                   "unchanged (a re-run after a planner change reruns the planner "
-                                                   "only)")] = None,
+    runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse it while its "
+                                                   "code, trace and settings are unchanged (a re-run after a "
+                                                   "planner change reruns the planners only; one cut short keeps "
+                                                   "what it finished)")] = None,
 ) -> None:
     """Every policy × every workload × several seeds on the simulator: tables, JSON and a figure per workload."""
     from daedalus.bench.catalog import POLICIES
