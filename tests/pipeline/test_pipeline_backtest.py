@@ -96,3 +96,19 @@ def test_the_flow_publishes_the_table_and_the_pareto_plot(prefect_harness, spark
     assert "| loop | static | 15.0 | " in artifact.data
     assert "![worker-hours against p95 latency](data:image/png;base64," in artifact.data
     assert "Never observed (extrapolated): " in artifact.data
+
+
+def test_each_job_of_the_fleet_is_one_task(spark) -> None:
+    from pyspark.sql import functions as F
+
+    from daedalus.tasks.backtest import one_job_per_task
+
+    jobs = [f"job-{j:04d}" for j in range(10)]
+    rows = spark.createDataFrame([(job, i) for job in jobs for i in range(3)], "job string, i int")
+    spread = one_job_per_task(rows, jobs, spark)
+    assert spread.rdd.getNumPartitions() == 10
+    per_task = spread.groupBy(F.spark_partition_id().alias("task")).agg(F.collect_set("job").alias("jobs")).collect()
+    assert sorted(len(r["jobs"]) for r in per_task) == [1] * 10  # hashing the names put 2-3 jobs in some tasks
+    # grouping by the key reuses the partitioning: the replay adds no second shuffle
+    grouped = spread.groupBy("slot", "job").applyInPandas(lambda df: df.head(1), "job string, i int, slot bigint")
+    assert grouped._jdf.queryExecution().executedPlan().toString().count("Exchange") == 1
