@@ -163,7 +163,9 @@ def status_json(s: dict[str, Any]) -> dict[str, Any]:
         "health": s.get("health"), "scaleout": s.get("current"), "recommended": s.get("recommended"),
         "decision": s.get("kind"), "reasons": s.get("reasons") or [], "capacity": s.get("capacity"),
         "workload": s.get("workload"), "forecast_peak": s.get("forecast_peak"),
-        "last_action": None if not last else {**last, "time": _iso(last.get("time"))},
+        # status.json keeps the entry's events as the text people read: named for what it is beside the ledger's list
+        "last_action": None if not last else {**{k: v for k, v in last.items() if k != "events"},
+                                              "time": _iso(last.get("time")), "what_happened": last.get("events")},
         "pending": None if not p else {**p, "expires": _iso(p.get("expires"))},
         "held": None if not o else {**o, "until": _iso(o.get("until"))},
         "paused": s.get("paused"), "last_loop": _iso(s.get("wall")),
@@ -358,15 +360,24 @@ def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: s
         if kind == "pause":
             set_kill_switch(store_url, operator, reason)
             console.print(f"[yellow]kill switch ON[/yellow] in {store_url}: every job keeps monitoring and deciding, "
-                          "none acts")
+                          "none acts", soft_wrap=True)
         else:
             was = clear_kill_switch(store_url)
             console.print("kill switch off" if was else "the kill switch was not on")
+        posted({"all": True, "action": kind, "kill_switch": kind == "pause", "store": store_url,
+                "operator": operator, "reason": reason})
         return
     assert job is not None
     known_job(resolved, job)
     msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason})
-    console.print(f"{kind} of {job} posted ({msg.id}); its loop applies it at its next run")
+    console.print(f"{kind} of {job} posted ({msg.id}); its loop applies it at its next run", soft_wrap=True)
+    posted({"job": job, "action": kind, "operator": operator, "reason": reason, "message": msg.id})
+
+
+def posted(result: dict[str, Any]) -> None:
+    """What an operator's command did, as one JSON line on stdout (the sentence for people is on stderr): a script
+    piping `daedalus scale …` or `pause …` reads it whatever the width."""
+    typer.echo(json.dumps(result))
 
 
 # --- the commands ------------------------------------------------------------------------------------------
@@ -412,8 +423,8 @@ def approve(
     except DaedalusError as exc:
         fail(exc)
     console.print(f"[green]approved[/green] {proposal} at scale-out {result['scaleout']}: the loop of "
-                  f"{result['job']} applies it at its next run")
-    typer.echo(json.dumps(result))  # one line a script can parse, whatever the width
+                  f"{result['job']} applies it at its next run", soft_wrap=True)
+    posted(result)
 
 
 def reject(
@@ -430,7 +441,7 @@ def reject(
     except DaedalusError as exc:
         fail(exc)
     console.print(f"[green]rejected[/green] {proposal}")
-    typer.echo(json.dumps(result))  # one line a script can parse, whatever the width
+    posted(result)
 
 
 def pause(
@@ -478,8 +489,10 @@ def scale(
 
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
-        msg = post_manual_scale(known_job(resolved, job), scaleout, reason, operator_in_force(operator, resolved),
-                                resolved.settings.store)
+        who = operator_in_force(operator, resolved)
+        msg = post_manual_scale(known_job(resolved, job), scaleout, reason, who, resolved.settings.store)
     except DaedalusError as exc:
         fail(exc)
-    console.print(f"manual scale of {job} to {scaleout} posted ({msg}); its loop applies it at its next run")
+    console.print(f"manual scale of {job} to {scaleout} posted ({msg}); its loop applies it at its next run",
+                  soft_wrap=True)
+    posted({"job": job, "action": "scale", "scaleout": scaleout, "operator": who, "reason": reason, "message": msg})

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from daedalus.cli.common import JobsFile, Store, console, fail
-from daedalus.cli.operate import Operator, operator_in_force
+from daedalus.cli.operate import Operator, operator_in_force, posted
 from daedalus.cli.settings import known_job, resolve
 from daedalus.models.errors import DaedalusError
 
@@ -29,9 +29,10 @@ def release(
 
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
-        msg = post_release(known_job(resolved, job), reason, operator_in_force(operator, resolved),
-                           resolved.settings.store)
+        who = operator_in_force(operator, resolved)
+        msg = post_release(known_job(resolved, job), reason, who, resolved.settings.store)
     except DaedalusError as exc:
         fail(exc)
     console.print(f"release of {job} posted ({msg.id}); its loop lifts the quarantine at its next run, and a later "
-                  "validation that still fails quarantines it again")
+                  "validation that still fails quarantines it again", soft_wrap=True)
+    posted({"job": job, "action": "release", "operator": who, "reason": reason, "message": msg.id})

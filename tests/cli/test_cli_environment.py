@@ -129,10 +129,15 @@ def test_operator_commands_post_to_the_store_and_check_the_jobs_file_of_the_envi
         k = Knowledge.new(LONG, load_jobs(env["DAEDALUS_JOBS_FILE"]).job(LONG).loop_config())
         k.quarantine = "metric validation failed"
         KnowledgeStore(env["DAEDALUS_STORE"]).save(k)
-    code, _, err = daedalus(*command)
+    code, out, err = daedalus(*command)
     assert code == 0, err
     (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(LONG)
     assert msg.kind == command[0] and msg.body["operator"] == login()  # whom `daedalus config` names
+    # The operator's second hour: `daedalus scale … | grep posted` found nothing (the sentence went to stderr only,
+    # wrapped at 80 columns); stdout has one JSON line, as approve and reject print.
+    (line,) = out.strip().splitlines()
+    assert json.loads(line) | {"job": LONG, "operator": login(), "message": msg.id} == json.loads(line)
+    assert len(err.strip().splitlines()) == 1 and LONG in err
     code, _, err = daedalus(command[0], "ghost", *command[2:])
     assert code == 1 and f"no job 'ghost'; known: {LONG}, {OTHER}" in " ".join(err.split())
 
