@@ -198,6 +198,7 @@ def entry_json(e: LedgerEntry) -> dict[str, Any]:
         "predicted_recovery_s": _seconds(e.predicted_recovery_s),
         "observed_recovery_s": _seconds(e.observed_recovery_s),
         "verdict": e.verdict, "capacity_ratio": e.capacity_ratio, "reasons": list(e.reasons),
+        "held_until": _iso(e.held_until), "hold_ended": _iso(e.hold_ended),
     }
 
 

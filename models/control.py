@@ -138,7 +138,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 entry.target = target
                 entry.history.append((now, f"approved by {who} at {target}"))
             k.pending = None
-            k.override = None  # the operator took the loop's plan: the loop decides again
+            _end_hold(k, wall_now)  # the operator took the loop's plan: the loop decides again
             out.decision, out.manual = _operator_decision(k, msg, current, target, f"approved by {who}"), False
             out.notes.append(f"proposal {p.id} approved by {who}: {current} → {target}")
         elif msg.kind == "scale":
@@ -196,10 +196,20 @@ def start_hold(cfg: LoopConfig, k: Knowledge, applied: Applied, action: ScalingA
         return
     entry = k.entry(action.decision_id)
     who = (entry.operator if entry is not None else None) or "an operator"
+    _end_hold(k, wall_now)  # a manual scale replaces the one held before it
     k.override = Override(action.decision_id, action.target, who, wall_now + cfg.manual_hold_s)
     if entry is not None:
+        entry.held_until = k.override.until
         entry.history.append((now, f"held at {action.target} until {utc(k.override.until)}: the loop keeps "
                                    f"a manual scale for {duration(cfg.manual_hold_s)} (manual_hold), then plans again"))
+
+
+def _end_hold(k: Knowledge, wall_now: float) -> None:
+    """Lift the hold in force, if any, and date its end in its ledger entry (`hold ended` beside `held until`)."""
+    o, k.override = k.override, None
+    entry = None if o is None else k.entry(o.decision_id)
+    if entry is not None:
+        entry.hold_ended = wall_now
 
 
 def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float) -> tuple[Decision, str | None]:
@@ -210,7 +220,7 @@ def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float
     if o is None:
         return d, None
     if wall_now >= o.until:
-        k.override = None
+        _end_hold(k, wall_now)
         entry = k.entry(o.decision_id)
         if entry is not None:
             entry.history.append((now, "the hold ended: the loop plans again"))

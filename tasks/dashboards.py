@@ -116,10 +116,14 @@ def status_record(it: Iteration, knowledge: Knowledge, mode: str, stop: str | No
 
 def events_text(e: LedgerEntry) -> str:
     """What became of an entry, each event at its own time (UTC, to the second): `proposed 17:42:33 → approved by
-    alice 17:43:30 → executed 17:43:30`; the state alone for entries stored before events were kept."""
+    alice 17:43:30 → executed 17:43:30`, and a manual scale's hold: `… → held until 18:20:02 → hold ended 18:20:40`;
+    the state alone for entries stored before events were kept."""
     if not e.events:
         return e.state
-    return " → ".join(f"{label} {utc(t, zone=False)[11:]}" for t, label in e.events)
+    parts = [f"{label} {utc(t, zone=False)[11:]}" for t, label in e.events]
+    parts += [f"{label} {utc(t, zone=False)[11:]}" for t, label in ((e.held_until, "held until"),
+                                                                     (e.hold_ended, "hold ended")) if t is not None]
+    return " → ".join(parts)
 
 
 def ledger_rows(knowledge: Knowledge, limit: int = 30, full_reasons: bool = False) -> list[dict[str, Any]]:

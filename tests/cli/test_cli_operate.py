@@ -111,7 +111,7 @@ def test_status_of_one_job_as_json_gives_values_with_dated_events(fleet, jobs_fi
                    {"time": "2026-01-01T00:00:57+00:00", "event": "approved by alice"},
                    {"time": "2026-01-01T00:00:58+00:00", "event": "executed"}],
         "predicted_recovery_s": "never", "observed_recovery_s": None, "verdict": None, "capacity_ratio": None,
-        "reasons": ["C_4 below the peak"]}
+        "reasons": ["C_4 below the peak"], "held_until": None, "hold_ended": None}
     assert detail["pending"] == {"id": k.pending.id, "from": 4, "to": 6, "expires": "2026-01-01T00:15:00+00:00",
                                  "reasons": ["C_4 below the forecast peak"]}
 

@@ -110,6 +110,9 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     assert entry.operator == "carol" and [e for _, e in entry.events] == ["manual scale by carol", "executed"]
     assert k.override is not None and k.override.until == wall.t + 600  # wall-clock, as approval timeouts
     assert "held at 4 until 2026-01-01 00:11:00 UTC" in entry.history[-1][1]
+    # The ledger says so (the operator's hour found it in the status alone): the hold with its promised end.
+    assert events_text(entry) == "manual scale by carol 00:01:00 → executed 00:01:00 → held until 00:11:00"
+    assert ledger_rows(k)[0]["what happened"] == events_text(entry)
     assert status_record(it, k, "auto", None, wall.t)["health"].startswith("held at 4 until")
     held = []
     while sim.now + 60 < it.action.time + 600:
@@ -130,6 +133,25 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     assert k.override is None and "the hold of carol's manual scale to 4 ended: the loop plans again" in resumed.notes
     assert resumed.decision.current == 4 and resumed.action is not None and resumed.action.state == "executed"
     assert sim.scaleout > 4 and entry.history[-1][1] == "the hold ended: the loop plans again"
+    assert wall.t == T0 + 660 and events_text(entry) == ("manual scale by carol 00:01:00 → executed 00:01:00 → "
+                                                         "held until 00:11:00 → hold ended 00:11:00")
+
+
+def test_in_approve_mode_a_hold_proposes_nothing_until_it_ends():
+    wall = Wall(T0)
+    target, sim = _target("approve", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 10, "reason": "r", "operator": "carol"})
+    iterate(target, k, PLAIN, [scale])
+    entry = k.entry("s-1")
+    assert k.override is not None and entry.held_until == T0 + 1800 and entry.hold_ended is None
+    while k.pending is None:  # the plan shows in the hold's reasons; no operator is asked to answer it
+        sim.advance(60)
+        wall.t += 60
+        iterate(target, k, PLAIN)
+    assert wall.t == T0 + 1800 and k.override is None and entry.hold_ended == T0 + 1800
+    assert events_text(entry).endswith("→ held until 00:30:00 → hold ended 00:30:00")
 
 
 def test_no_hold_when_manual_hold_is_zero():
@@ -154,7 +176,7 @@ def test_the_ledger_artifact_is_a_block_per_entry_whose_lines_wrap_with_the_whol
     lines = ledger_markdown("sim", ledger_rows(k)).splitlines()
     assert lines[:3] == ["# sim: the scaling ledger, newest first", "",
                          "**2026-01-01 00:00 UTC · 12 → 10** · decision `s-1`"]
-    assert "- what happened: manual scale by carol 00:00:00 → executed 00:00:00" in lines
+    assert "- what happened: manual scale by carol 00:00:00 → executed 00:00:00 → held until 00:30:00" in lines
     # Whole, and shown as written (no table cell to cut it, no italics from its underscores or stars).
     assert "- reason: manual scale by carol: load test \\| C\\_11 before the \\*sale\\* " + "x" * 60 in lines
     assert ledger_markdown("idle", []).splitlines()[-1] == "(no entry yet)"
