@@ -143,7 +143,9 @@ def fleet_table(records: list[dict[str, Any]], title: str, caption: str, wide: b
     for r in records:
         s = r["status"]
         last_run = f"{r['last run']} (schedule paused)".strip() if r["schedule paused"] else r["last run"]
-        cells = [*(r[c] for c in FLEET), last_run, duration(r["start delay"], unknown="")]
+        # The health in full (the UI's fleet table cuts it to fit its column): a table here wraps it instead
+        health = r["health"] if not s or r["health"].startswith("stale:") else str(s.get("health"))
+        cells = [*(health if c == "health" else r[c] for c in FLEET), last_run, duration(r["start delay"], unknown="")]
         if wide:
             cells += [number(s.get("capacity"), unknown=""), number(s.get("workload"), unknown=""),
                       number(s.get("forecast_peak"), unknown=""), (s.get("reasons") or [""])[0]]

@@ -52,19 +52,21 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
     return values
 
 
-def _loop_ran(store: str, job: str, current: int, recommended: int) -> None:
+def _loop_ran(store: str, job: str, current: int, recommended: int, health: str = "ok") -> None:
     """The status file a loop run leaves (tasks/dashboards.py status_record)."""
     write_json(store, job, STATUS, {
         "job": job, "wall": time.time(), "mode": "auto", "current": current, "recommended": recommended,
         "kind": "scale-out" if recommended > current else "no-change", "reasons": ["cheapest: keep"],
-        "health": "ok", "capacity": 500_000.0, "workload": 250_000.0, "forecast_peak": 300_000.0,
+        "health": health, "capacity": 500_000.0, "workload": 250_000.0, "forecast_peak": 300_000.0,
         "last_action": {"id": f"{job}-1", "time": T0 + 90, "from": 4, "to": current, "state": "executed",
                         "operator": "alice", "events": "proposed 00:00:00 → approved by alice 00:01:30"},
         "pending": None})
 
 
 def test_status_piped_keeps_each_jobs_full_name_on_its_row(env):
-    _loop_ran(env["DAEDALUS_STORE"], LONG, 6, 6)
+    # The operator's second hour: the health was cut to fit the UI's column ("manual scale by ca…").
+    held = "held at 6 until 2026-11-26 23:14:55 UTC: manual scale by carol"
+    _loop_ran(env["DAEDALUS_STORE"], LONG, 6, 6, health=held)
     _loop_ran(env["DAEDALUS_STORE"], OTHER, 4, 9)
     code, out, _ = daedalus("status")
     assert code == 0
@@ -72,6 +74,7 @@ def test_status_piped_keeps_each_jobs_full_name_on_its_row(env):
     assert set(rows) == {LONG, OTHER}  # `daedalus status | grep JOB` finds the job's one row
     assert "4 → 9" in rows[OTHER] and "approve" not in rows[LONG]
     assert "4 → 6 executed at 2026-01-01 00:01:30 (operator alice)" in rows[LONG]  # the event's time, who answered
+    assert held in rows[LONG]
 
 
 def test_status_output_json_names_the_jobs_with_values_not_cells(env):
