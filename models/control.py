@@ -26,10 +26,13 @@ KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quar
 class ControlMessage:
     """One instruction for a job's loop. `body` depends on the kind:
 
-    approve: proposal, scaleout (optional override), operator · reject: proposal, operator, reason ·
-    scale: scaleout, reason, operator · pause/resume: operator, reason · quarantine: reason ·
+    approve: proposal, scaleout (optional override), operator, wall · reject: proposal, operator, reason, wall ·
+    scale: scaleout, reason, operator, wall · pause/resume: operator, reason · quarantine: reason ·
     release: operator, reason (none when a later validation passed) ·
     recovered: decision, observed_recovery_s, downtime_s (optional) · forecaster: state (Forecaster.to_state())
+
+    `wall` is when the operator answered or asked (the wall clock): the ledger dates the event then, not when the
+    loop got to it, up to a minute later (without it, the loop's time).
     """
 
     id: str
@@ -112,6 +115,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
     wall_now = now if wall_now is None else wall_now
     for msg in sorted(messages, key=lambda m: m.time):
         b, who = msg.body, msg.body.get("operator", "an operator")
+        asked = min(float(b.get("wall", wall_now)), wall_now)  # the operator's own time, never after the loop's
         if msg.kind in ("approve", "reject"):
             p = k.pending
             if p is None or p.id != b.get("proposal"):
@@ -120,7 +124,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             entry = k.entry(p.id)
             if msg.kind == "reject":
                 if entry is not None:
-                    entry.mark("rejected", wall_now, who)
+                    entry.mark("rejected", asked, who)
                     entry.history.append((now, f"rejected by {who}: {b.get('reason', '')}".rstrip(": ")))
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
@@ -134,7 +138,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 out.notes.append(f"approval of {p.id} refused: {refusal}")
                 continue
             if entry is not None:
-                entry.mark("approved", wall_now, who)
+                entry.mark("approved", asked, who)
                 entry.target = target
                 entry.history.append((now, f"approved by {who} at {target}"))
             k.pending = None
@@ -152,7 +156,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 k, msg, current, target, f"manual scale by {who}: {b.get('reason') or 'no reason given'}"), True
             if out.decision.changes:
                 entry = _entry_of(out.decision, wall_now, who)
-                entry.events.append((wall_now, f"manual scale by {who}"))
+                entry.events.append((asked, f"manual scale by {who}"))
                 k.record(entry)
             out.notes.append(f"manual scale by {who}: {current} → {target}")
         elif msg.kind in ("pause", "resume"):

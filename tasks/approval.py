@@ -175,7 +175,7 @@ def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | Non
                 store_url: str) -> dict[str, Any]:
     """Check, then post the answer to the job's inbox for its loop to apply."""
     target = check_answer(spec, proposal, decision, scaleout, store_url)
-    body: dict[str, Any] = {"proposal": proposal, "operator": operator}
+    body: dict[str, Any] = {"proposal": proposal, "operator": operator, "wall": WALL.now()}  # when it was answered
     if decision == "approve":
         body["scaleout"] = target
     else:
@@ -242,5 +242,5 @@ def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, 
                       f"max {spec.scaleout.max} in the jobs file)")
     if not reason.strip():
         raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
-    body = {"scaleout": scaleout, "reason": reason, "operator": operator}
+    body = {"scaleout": scaleout, "reason": reason, "operator": operator, "wall": WALL.now()}  # when it was asked
     return Inbox(store_url).post(spec.name, "scale", body, now=job_now(spec, store_url)).id

@@ -132,10 +132,13 @@ def test_operator_commands_post_to_the_store_and_check_the_jobs_file_of_the_envi
         k = Knowledge.new(LONG, load_jobs(env["DAEDALUS_JOBS_FILE"]).job(LONG).loop_config())
         k.quarantine = "metric validation failed"
         KnowledgeStore(env["DAEDALUS_STORE"]).save(k)
+    before = time.time()
     code, out, err = daedalus(*command)
     assert code == 0, err
     (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(LONG)
     assert msg.kind == command[0] and msg.body["operator"] == login()  # whom `daedalus config` names
+    if command[0] == "scale":  # the ledger dates the manual scale when it was asked, not when a loop got to it
+        assert before <= msg.body["wall"] <= time.time()
     # The operator's second hour: `daedalus scale … | grep posted` found nothing (the sentence went to stderr only,
     # wrapped at 80 columns); stdout has one JSON line, as approve and reject print.
     (line,) = out.strip().splitlines()
@@ -148,13 +151,14 @@ def test_operator_commands_post_to_the_store_and_check_the_jobs_file_of_the_envi
 def test_approve_and_reject_answer_through_the_api_of_the_environment(monkeypatch, env, prefect_api_url):
     monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
     spec = load_jobs(env["DAEDALUS_JOBS_FILE"]).job(OTHER)
-    pid = with_proposal(spec, env["DAEDALUS_STORE"], created=time.time()).pending.id
+    created = time.time()
+    pid = with_proposal(spec, env["DAEDALUS_STORE"], created=created).pending.id
     code, out, err = daedalus("reject", pid, "--reason", "peak ahead")
     assert code == 0, err
     (line,) = out.strip().splitlines()  # one JSON line for a script, not wrapped at 80 columns
     assert json.loads(line)["operator"] == login()
     (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(OTHER)
-    assert (msg.kind, msg.body["proposal"]) == ("reject", pid)
+    assert (msg.kind, msg.body["proposal"]) == ("reject", pid) and created <= msg.body["wall"] <= time.time()
     monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")
     code, _, err = daedalus("approve", pid)
     assert code == 1 and "(env PREFECT_API_URL) is not reachable" in " ".join(err.split())

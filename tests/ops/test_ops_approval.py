@@ -109,7 +109,10 @@ def test_reject_posts_the_reason(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
     post_answer(ads, k.pending.id, "reject", None, "carol", "peak is over", store_url)
     (_, msg), = Inbox(store_url).pending("ads")
+    answered = msg.body.pop("wall")  # when carol answered: the ledger dates the rejection then
+    assert k.pending.created <= answered <= time.time()
     assert (msg.kind, msg.body) == ("reject", {"proposal": k.pending.id, "operator": "carol", "reason": "peak is over"})
+    msg.body["wall"] = answered
     apply_messages(k, [msg], ads.loop_config(), current=4, now=k.pending.created + 60)
     assert k.pending is None and k.entry(msg.body["proposal"]).state == "rejected"
 

@@ -47,14 +47,17 @@ def test_an_approved_proposal_records_the_approver_and_each_events_own_time():
     sim.advance(600)
     proposal = iterate(target, k, PLAIN).decision
     assert proposal.changes and k.pending is not None
-    wall.t = T0 + 57  # the answer comes a minute later, the loop applies it at its next run
+    wall.t = T0 + 57  # alice answers 40 s after the proposal, the loop applies it at its next run
     sim.advance(60)
-    approve = ControlMessage("a-1", "sim", "approve", sim.now, {"proposal": proposal.id, "operator": "alice"})
+    approve = ControlMessage("a-1", "sim", "approve", sim.now, {"proposal": proposal.id, "operator": "alice",
+                                                                "wall": T0 + 40})
     it = iterate(target, k, PLAIN, [approve])
     entry = k.entry(proposal.id)
     assert entry.state == "executed" and entry.operator == "alice"
-    assert entry.events == [(T0, "proposed"), (T0 + 57, "approved by alice"), (T0 + 57, "executed")]
-    assert events_text(entry) == "proposed 00:00:00 → approved by alice 00:00:57 → executed 00:00:57"
+    # Each event when it happened: the operator's hour found the approval dated when the loop applied it (81 s after
+    # alice's command); an answer from the future (a skewed clock) is dated at the loop's time.
+    assert entry.events == [(T0, "proposed"), (T0 + 40, "approved by alice"), (T0 + 57, "executed")]
+    assert events_text(entry) == "proposed 00:00:00 → approved by alice 00:00:40 → executed 00:00:57"
     # The run reports the operator's decision, from the scale-out the job was at to the one it is at now.
     assert (it.decision.id, it.decision.current, it.decision.target) == (proposal.id, 12, proposal.target)
     assert it.decision.reasons == ("approved by alice",)
@@ -79,7 +82,8 @@ def test_a_rejection_and_an_expiry_are_dated_when_they_happened():
     wall.t = T0 + 30
     sim.advance(60)
     iterate(target, k, PLAIN, [ControlMessage("r-1", "sim", "reject", sim.now,
-                                              {"proposal": first.id, "operator": "bob", "reason": "peak ahead"})])
+                                              {"proposal": first.id, "operator": "bob", "reason": "peak ahead",
+                                               "wall": T0 + 45})])  # a clock ahead of the loop's
     assert k.entry(first.id).events[-1] == (T0 + 30, "rejected by bob") and k.entry(first.id).operator == "bob"
     second = k.pending  # the same run proposed again: the rejection freed the loop to
     assert second is not None and k.entry(second.id).events == [(T0 + 30, "proposed")]
@@ -101,17 +105,18 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     wall.t += 60
     before = sim.scaleout
     # Far below what the workload needs: the plan will want to scale out again, and the hold keeps it from it.
-    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 4, "reason": "load test", "operator": "carol"})
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 4, "reason": "load test", "operator": "carol",
+                                                            "wall": wall.t - 40})  # asked 40 s before the loop ran
     it = iterate(target, k, PLAIN, [scale])
     # The run reports what the operator did, not a plan made from the scale-out before it.
     assert (it.decision.kind, it.decision.current, it.decision.target) == ("scale-in", before, 4)
     assert it.decision.reasons == ("manual scale by carol: load test",) and sim.scaleout == 4
     entry = k.entry("s-1")
-    assert entry.operator == "carol" and [e for _, e in entry.events] == ["manual scale by carol", "executed"]
+    assert entry.operator == "carol" and entry.events == [(T0 + 20, "manual scale by carol"), (T0 + 60, "executed")]
     assert k.override is not None and k.override.until == wall.t + 600  # wall-clock, as approval timeouts
     assert "held at 4 until 2026-01-01 00:11:00 UTC" in entry.history[-1][1]
     # The ledger says so (the operator's hour found it in the status alone): the hold with its promised end.
-    assert events_text(entry) == "manual scale by carol 00:01:00 → executed 00:01:00 → held until 00:11:00"
+    assert events_text(entry) == "manual scale by carol 00:00:20 → executed 00:01:00 → held until 00:11:00"
     assert ledger_rows(k)[0]["what happened"] == events_text(entry)
     assert status_record(it, k, "auto", None, wall.t)["health"].startswith("held at 4 until")
     held = []
@@ -133,7 +138,7 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     assert k.override is None and "the hold of carol's manual scale to 4 ended: the loop plans again" in resumed.notes
     assert resumed.decision.current == 4 and resumed.action is not None and resumed.action.state == "executed"
     assert sim.scaleout > 4 and entry.history[-1][1] == "the hold ended: the loop plans again"
-    assert wall.t == T0 + 660 and events_text(entry) == ("manual scale by carol 00:01:00 → executed 00:01:00 → "
+    assert wall.t == T0 + 660 and events_text(entry) == ("manual scale by carol 00:00:20 → executed 00:01:00 → "
                                                          "held until 00:11:00 → hold ended 00:11:00")
 
 
