@@ -22,7 +22,8 @@ Series (gauges unless named `_total`; one series per job unless said otherwise):
 - `daedalus_actions_total{state}`: the ledger's entries by their state now, every known state present (0 if
   none). Entries in a passing state (proposed, approved, executing; a failed action that is retried) move on to
   another, and the knowledge keeps the newest 1000 entries: a count that falls reads as a counter reset;
-- `daedalus_proposal_pending`, `daedalus_paused`, `daedalus_quarantined`: 0 or 1;
+- `daedalus_proposal_pending`, `daedalus_paused`, `daedalus_quarantined`, `daedalus_held` (an operator's manual
+  scale holds the job: `manual_hold`): 0 or 1;
 - `daedalus_last_run_age_seconds`: wall-clock seconds since the last loop run wrote its status;
 - rescale verification (models/capacity/verification.py): `daedalus_rescale_verdict_info{verdict, rescale}` = 1 and
   `daedalus_rescale_capacity_ratio` (observed over predicted capacity) of the newest judged rescale;
@@ -95,6 +96,7 @@ def _families() -> dict[str, Metric]:
         "pending": gauge("daedalus_proposal_pending", "1 while a proposal waits for an operator"),
         "paused": gauge("daedalus_paused", "1 while the job's kill switch is on"),
         "quarantined": gauge("daedalus_quarantined", "1 while metric validation has quarantined the job"),
+        "held": gauge("daedalus_held", "1 while an operator's manual scale holds the job (manual_hold)"),
         "verdict": InfoMetricFamily("daedalus_rescale_verdict", "Verdict on the newest judged rescale", labels=[JOB]),
         "ratio": gauge("daedalus_rescale_capacity_ratio", "Observed over predicted capacity of that rescale"),
         "bottleneck": InfoMetricFamily("daedalus_bottleneck", "The stage last seen limiting the job", labels=[JOB]),
@@ -208,6 +210,7 @@ class StoreCollector:
             put("pending", s.get("pending") is not None)
             put("paused", bool(s.get("paused")))
             put("quarantined", s.get("quarantine") is not None)
+            put("held", s.get("override") is not None)
             if s.get("kind") is not None:
                 info = {"kind": str(s["kind"]), "reason": reason_label(s.get("reasons") or [])}
                 out.append(("decision", [job], info))

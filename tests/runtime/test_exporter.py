@@ -181,6 +181,18 @@ def test_a_jobs_file_restricts_the_jobs(store: str, tmp_path: Path) -> None:
     assert 'daedalus_current_scaleout{daedalus_job="not-run-yet"}' not in text
 
 
+def test_a_manual_scales_hold_is_exported(tmp_path: Path) -> None:
+    # The operator's second hour: status and ledger said "held at 6 until …", the exporter had no series for it.
+    url = str(tmp_path / "store")
+    base = {"wall": time.time(), "current": 6, "recommended": 6, "kind": "hold", "reasons": ["held at 6"]}
+    write_json(url, "orders", STATUS, {**base, "job": "orders", "override": {
+        "scaleout": 6, "operator": "carol", "until": time.time() + 1800, "decision": "scale-1"}})
+    write_json(url, "clicks", STATUS, {**base, "job": "clicks", "override": None})
+    with MetricsServer(url, port=0) as server:
+        text = requests.get(server.url, timeout=5).text
+    assert 'daedalus_held{daedalus_job="orders"} 1.0' in text and 'daedalus_held{daedalus_job="clicks"} 0.0' in text
+
+
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                 "offset"}
 
