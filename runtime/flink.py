@@ -738,8 +738,10 @@ class LocalFlink:
 # --- what the JobManager's log says about a rescale ------------------------------------------------------------
 
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*? - "
-_TASK = re.compile(_STAMP + r"(.+?) \((\d+)/(\d+)\)(?: - execution #\d+)? \([0-9a-f_]+\) switched from (\w+) to (\w+)")
+_TASK = re.compile(_STAMP + r"(.+?) \((\d+)/(\d+)\)(?: - execution #\d+)? \(([0-9a-f]+)[0-9a-f_]*\) "
+                   r"switched from (\w+) to (\w+)")
 _JOB = re.compile(_STAMP + r"Job .* \([0-9a-f]{32}\) switched from state (\w+) to (\w+)")
+_GRAPH = re.compile(_STAMP + r"Created execution graph ([0-9a-f]+) for job ([0-9a-f]{32})")
 
 
 @dataclass(frozen=True)
@@ -766,12 +768,21 @@ def outages(log: Path | str) -> list[Outage]:
     """Every interruption of the job in a JobManager log (rescales, failovers), in order: the ground truth the
     recovery monitor's downtime is compared with (the REST job view is cached, and polling it exaggerates)."""
     text = Path(log).read_text(errors="replace") if isinstance(log, Path) else log
-    running: dict[str, set[int]] = {}  # task → subtasks RUNNING in the current execution
-    size: dict[str, int] = {}  # task → its parallelism in the current execution
+    # Per execution graph (the first part of an attempt's id; the adaptive scheduler builds a new one at each restart,
+    # and another job, such as the demo's probe, has its own): task → its parallelism, task → subtasks RUNNING. Tasks
+    # of another graph never hold up this one's "every subtask RUNNING" (the probe's tasks are not the job's).
+    size: dict[str, dict[str, int]] = {}
+    running: dict[str, dict[str, set[int]]] = {}
+    job_of: dict[str, str] = {}  # graph → its job, where the log says (a graph of another job ends no outage)
+    current: str | None = None  # the graph whose subtasks last all ran
     down: float | None = None
     restarted: float | None = None
     found = []
     for line in text.splitlines():
+        created = _GRAPH.match(line)
+        if created is not None:
+            job_of[created.group(2)] = created.group(3)
+            continue
         job = _JOB.match(line)
         if job is not None:
             if down is not None and job.group(3) == "RUNNING":
@@ -780,14 +791,18 @@ def outages(log: Path | str) -> list[Outage]:
         m = _TASK.match(line)
         if m is None:
             continue
-        t, task, index, of, old, new = _stamp(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)), *m.groups()[4:]
+        t, task, index, of, graph, old, new = (_stamp(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)),
+                                               *m.groups()[4:])
+        tasks, up = size.setdefault(graph, {}), running.setdefault(graph, {})
+        tasks[task] = of
         if new == "RUNNING":
-            size[task] = of
-            running.setdefault(task, set()).add(index)
-            if down is not None and all(len(running.get(v, ())) == n for v, n in size.items()):
-                found.append(Outage(down, restarted, t, max(size.values())))
+            up.setdefault(task, set()).add(index)
+            if all(len(up.get(v, ())) == n for v, n in tasks.items()):
+                if down is not None and job_of.get(graph) == job_of.get(current or ""):
+                    found.append(Outage(down, restarted, t, max(tasks.values())))
                 down, restarted = None, None
-        elif old == "RUNNING" and down is None:
+                current = graph
+        elif old == "RUNNING" and down is None and graph == current:
             down = t  # the current execution ends: count the next one from scratch
-            running = {v: set() for v in running}
+            running[graph] = {}
     return found

@@ -47,6 +47,20 @@ def test_the_jobmanager_log_gives_each_rescale_its_outage():
     assert all(o.restarted is not None and 0 < o.restarted - o.down < 0.5 for o in found)
 
 
+def test_each_rescale_has_its_outage_after_a_probe_of_another_shape():
+    """The bottleneck demo's real log (2026-11-26): a probe job of the plain shape (`work` chained to the sink), then
+    the job with its own `aggregate` task, rescaled 1 → 4 and rolled back 4 → 1. The probe's tasks, absent from the
+    job, must not hold up its "every subtask RUNNING" (they did: no outage was found, and report.json had none), and
+    the switch from the probe to the job is no outage of the job's."""
+    text = (HERE / "jobmanager-bottleneck.log").read_text()
+    found = outages(text)
+    assert [(o.parallelism, round(o.seconds, 3)) for o in found] == [(4, 4.312), (1, 29.065)]
+    assert [round(o.restarted - o.down, 3) for o in found if o.restarted] == [0.155, 0.395]
+    # without the lines naming each graph's job, the switch from the probe reads as one more interruption
+    anonymous = "\n".join(line for line in text.splitlines() if "Created execution graph" not in line)
+    assert [o.parallelism for o in outages(anonymous)] == [1, 4, 1]
+
+
 def test_only_committed_part_files_count(tmp_path):
     (tmp_path / "part-a-0.txt").write_text("1,1\n2,1\n")
     (tmp_path / "part-b-0.txt").write_text("3,1\n2,2\n")  # 2 twice: a duplicate the count shows
