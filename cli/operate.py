@@ -313,7 +313,7 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
     (or, when it has none, post to the job's inbox). Refused before anything is sent; without a reachable
     Prefect API, says so and how to set it."""
     from daedalus.connectors.jobs import load_jobs
-    from daedalus.tasks.approval import Refused, check_answer, post_answer
+    from daedalus.tasks.approval import OUTCOME_STATES, Refused, check_answer, post_answer
 
     with prefect_api(api_url(resolved)):
         run = _approval_run(proposal)
@@ -330,6 +330,9 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
             if state is not None and state.is_failed():
                 raise Refused(f"proposal {proposal} expired: its approval run {run.id} ended {name} "
                               f"({state.message}); nothing was done")
+            if state is not None and state.is_completed() and name in OUTCOME_STATES.values():
+                # closed by the loop, unanswered ("proposal … expired: nothing was done"): not "already answered"
+                raise Refused(f"{state.message} (its approval run {run.id} is {name})")
             if (state is not None and state.is_final()) or run.empirical_policy.resuming:
                 raise Refused(f"proposal {proposal} was already answered: its approval run {run.id} is {name}")
             raise Refused(f"the approval run of {proposal} is still {name} after {APPROVAL_RUN_START_S:.0f} s: is a "

@@ -234,3 +234,20 @@ def test_an_answer_right_after_the_proposal_waits_for_its_approval_run_where_app
     calls.clear()
     monkeypatch.setattr(operate, "approvals_deployed", lambda: False)
     assert operate._approval_run("ads-1") is None and calls == ["ads-1"]
+
+
+def test_answering_a_proposal_the_loop_closed_unanswered_says_it_expired(monkeypatch, fleet, prefect_api_url):
+    # The operator's second hour: "was already answered: its approval run … is Expired" for a proposal nobody answered.
+    from types import SimpleNamespace
+
+    from prefect.states import Completed
+
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
+    message = "proposal ads-1767225600 expired: nothing was done"  # what the loop closes the run with
+    closed = SimpleNamespace(id="run-1", parameters={}, state=Completed(name="Expired", message=message),
+                             empirical_policy=SimpleNamespace(resuming=False))
+    monkeypatch.setattr(operate, "_approval_run", lambda proposal: closed)
+    result = run("approve", "ads-1767225600")
+    assert result.exit_code == 1
+    assert f"Refused: {message} (its approval run run-1 is Expired)" in flat(result.output)
+    assert "already answered" not in result.output
