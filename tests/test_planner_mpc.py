@@ -314,17 +314,18 @@ def test_a_deeper_scale_in_later_beats_a_shallow_one_now():
 def test_no_scale_in_once_the_rescale_budget_could_not_pay_for_undoing_it():
     # The lasting scale-in above (4 → 2 at a flat 150,000/s). With 16 rescales in the last 6 hours, it and a
     # scale-out that might undo it make 18: taken. With 17 they would make 19 of the 18: keep 4.
-    a = analysis([150_000] * HORIZON, scaleout=4)
-    assert plan(CFG, a, replace(ctx(), recent_rescales=16), NOW).target == 2
-    kept = plan(CFG, a, replace(ctx(), recent_rescales=17), NOW)
+    a, cfg = analysis([150_000] * HORIZON, scaleout=4), replace(CFG, rescale_budget=18)
+    assert plan(cfg, a, replace(ctx(), recent_rescales=16), NOW).target == 2
+    assert plan(CFG, a, replace(ctx(), recent_rescales=40), NOW).target == 2  # no budget by default
+    kept = plan(cfg, a, replace(ctx(), recent_rescales=17), NOW)
     assert (kept.kind, kept.target) == ("no-change", 4)
     assert "17 rescales in the last 6 h (budget 18): no scale-in" in " ".join(kept.reasons)
 
 
 def test_a_scale_out_the_latency_needs_is_never_refused_for_the_rescale_budget():
     # 350,000/s at 2 workers (usable 196,000): the backlog grows by 154,000/s, whatever the rescales spent
-    a = analysis([350_000] * HORIZON, scaleout=2)
-    spent, free = plan(CFG, a, replace(ctx(), recent_rescales=40), NOW), plan(CFG, a, ctx(), NOW)
+    a, cfg = analysis([350_000] * HORIZON, scaleout=2), replace(CFG, rescale_budget=18)
+    spent, free = plan(cfg, a, replace(ctx(), recent_rescales=40), NOW), plan(cfg, a, ctx(), NOW)
     assert spent.kind == "scale-out" and spent.target == free.target > 2
 
 
@@ -333,12 +334,13 @@ def test_the_loop_counts_the_rescales_executed_in_the_last_six_hours():
     from daedalus.models.loop import plan as loop_plan
     from daedalus.models.types import LedgerEntry
 
-    k = Knowledge.new("j", CFG)
+    cfg = replace(CFG, rescale_budget=18)
+    k = Knowledge.new("j", cfg)
     for t, state in ((NOW - 21_700, "executed"), (NOW - 21_500, "executed"), (NOW - 600, "rejected"),
                      (NOW - 300, "executed")):
         k.record(LedgerEntry(f"j-{t:.0f}", t, 4, 5, "scale-out", (), state))
     k.record(LedgerEntry("j-hold", NOW - 60, 4, 4, "hold", (), "decided"))
     for n in range(15):  # 15 more executed within the window: 17 in all, so no scale-in
         k.record(LedgerEntry(f"j-{n}", NOW - 20_000 + n, 4, 3, "scale-in", (), "executed"))
-    d = loop_plan(CFG, analysis([150_000] * HORIZON, scaleout=4), k, NOW)
+    d = loop_plan(cfg, analysis([150_000] * HORIZON, scaleout=4), k, NOW)
     assert (d.kind, d.target) == ("no-change", 4) and "17 rescales in the last 6 h" in " ".join(d.reasons)

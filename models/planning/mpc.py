@@ -375,7 +375,8 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     unobserved = not a.observed[cur - 1]
     if unobserved:  # every smaller capacity would be an extrapolation from a capacity not measured yet
         scale_in_left = math.inf
-    spent = recent_rescales + 2 > cfg.rescale_budget  # a scale-in now and a scale-out undoing it must both fit
+    allowed = cfg.rescale_budget
+    spent = allowed is not None and recent_rescales + 2 > allowed  # a scale-in and a scale-out undoing it must fit
     if spent:
         scale_in_left = math.inf
     pace_left = 0.0 if last_rescale is None else max(0.0, cfg.rescale_interval - (now - last_rescale))
@@ -419,7 +420,7 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
     if spent:
         notes.append(f"{recent_rescales} rescales in the last {duration(RESCALE_WINDOW_S)} (budget "
-                     f"{cfg.rescale_budget}): no scale-in, which a scale-out might have to undo")
+                     f"{allowed}): no scale-in, which a scale-out might have to undo")
 
     def text(s: Schedule) -> str:
         n = len(s.switches)

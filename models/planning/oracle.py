@@ -37,7 +37,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from daedalus.models.config import RESCALE_WINDOW_S, LoopConfig
+from daedalus.models.config import RESCALE_BUDGET, RESCALE_WINDOW_S
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,8 +191,7 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
     return Plan(tuple(schedule), worker_seconds, over_total, rescales)
 
 
-BUDGET = LoopConfig.rescale_budget  # the job's rescale budget: at most 18 rescales in any 6 hours …
-RESCALE_EVERY_S = RESCALE_WINDOW_S / BUDGET  # … and one per 20 minutes on average in a shorter run
+RESCALE_EVERY_S = RESCALE_WINDOW_S / RESCALE_BUDGET  # at most 18 in any 6 hours: one per 20 min in a shorter run
 
 
 def rescale_limit(duration_s: float) -> int:
@@ -200,4 +199,4 @@ def rescale_limit(duration_s: float) -> int:
     dynamic programme counts rescales over the run, not per window, and only a total of 18 keeps every 6-hour window
     within 18 wherever they fall (at 20 per 25,000 s the oracle made 19 on the 6.9-hour tm trace, all of them
     possibly inside 6 hours)."""
-    return min(BUDGET, int(duration_s // RESCALE_EVERY_S))
+    return min(RESCALE_BUDGET, int(duration_s // RESCALE_EVERY_S))
