@@ -45,8 +45,10 @@ FORECAST_STEP_S = 30  # forecasts are kept at the forecaster's step
 FORECAST_KEEP_S = 7200  # two hours of forecasts, like the forecaster's window
 STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts as stale
 # Characters of a health line in the fleet table's cell, whose text never wraps: at 1,400 px the UI gives a table
-# about 850 px between its menu and its details panel. The full text is in `daedalus status`.
-SHORT_HEALTH = 60
+# about 850 px between its menu and its details panel, which a 31-character job name, the health, the scale-out, the
+# mode and the decision must share (at 60 characters a 23-character name pushed the decision past the window's
+# edge). The full text is in `daedalus status`.
+SHORT_HEALTH = 40
 LEDGER_REASON = 240  # the ledger is markdown, whose cells wrap: a reason is cut only where it runs on
 
 
