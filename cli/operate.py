@@ -375,7 +375,7 @@ def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: s
         return
     assert job is not None
     known_job(resolved, job)
-    msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason})
+    msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason, "wall": time.time()})
     console.print(f"{kind} of {job} posted ({msg.id}); its loop applies it at its next run", soft_wrap=True)
     posted({"job": job, "action": kind, "operator": operator, "reason": reason, "message": msg.id})
 

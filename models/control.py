@@ -27,7 +27,8 @@ class ControlMessage:
     """One instruction for a job's loop. `body` depends on the kind:
 
     approve: proposal, scaleout (optional override), operator, wall · reject: proposal, operator, reason, wall ·
-    scale: scaleout, reason, operator, wall · pause/resume: operator, reason · quarantine: reason ·
+    scale: scaleout, reason, operator, wall · pause/resume (resume also lifts a manual scale's hold): operator,
+    reason · quarantine: reason ·
     release: operator, reason (none when a later validation passed) ·
     recovered: decision, observed_recovery_s, downtime_s (optional) · forecaster: state (Forecaster.to_state())
 
@@ -162,6 +163,10 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
         elif msg.kind in ("pause", "resume"):
             k.paused = msg.kind == "pause"
             out.notes.append(f"{'paused' if k.paused else 'resumed'} by {who}")
+            if msg.kind == "resume" and k.override is not None:  # the way to hand a held job back to the loop
+                out.notes.append(f"the hold of {k.override.operator}'s manual scale to {k.override.scaleout} lifted "
+                                 f"by {who}: the loop plans again")
+                _end_hold(k, asked)
         elif msg.kind == "quarantine":
             k.quarantine = str(b.get("reason", "metric validation failed"))
             out.notes.append(f"quarantined: {k.quarantine}")

@@ -142,6 +142,29 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
                                                          "held until 00:11:00 → hold ended 00:11:00")
 
 
+def test_resume_hands_a_held_job_back_to_the_loop_at_once():
+    # The operator's second hour: a manual scale-in at the peak left the job 880 million tuples behind, and nothing
+    # but waiting out manual_hold (or redeploying with another) gave the job back to the loop.
+    wall = Wall(T0)
+    target, sim = _target("auto", wall)
+    k = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    iterate(target, k, PLAIN)
+    sim.advance(900)
+    wall.t += 60
+    scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 4, "reason": "load test", "operator": "carol"})
+    iterate(target, k, PLAIN, [scale])
+    assert k.override is not None and sim.scaleout == 4
+    sim.advance(240)
+    wall.t += 240
+    resume = ControlMessage("r-1", "sim", "resume", sim.now, {"operator": "dave", "wall": wall.t - 20})
+    it = iterate(target, k, PLAIN, [resume])
+    assert k.override is None
+    assert "the hold of carol's manual scale to 4 lifted by dave: the loop plans again" in it.notes
+    assert it.action is not None and it.action.state == "executed" and sim.scaleout > 4  # the plan, taken now
+    assert events_text(k.entry("s-1")).endswith("→ held until 00:31:00 → hold ended 00:04:40")
+
+
 def test_in_approve_mode_a_hold_proposes_nothing_until_it_ends():
     wall = Wall(T0)
     target, sim = _target("approve", wall)
