@@ -17,22 +17,37 @@ control), its latest offset. This listener turns each event into series that Pro
   `{topic: {partition: offset}}` (Kafka's shape), the sum over partitions of latest − end offset after the batch;
   0 when the query is idle (no new data);
 - `spark_streaming_query_start_time_seconds{query}`: when the running query started;
-- `spark_streaming_executor_up{query, executor}`: 1 per worker of the query, by default its executors (`driver`
-  alone in local mode); a job whose workers are something else (the demo's task slots) passes `workers`.
+- `spark_streaming_executor_up{query, executor}`: 1 per worker of the query, by default its executors, or in local
+  mode its task slots (`slot-0` … `slot-{n-1}` on `local[n]`: the cores are what `local[n]` scales); a job whose
+  workers are something else (the demo's partitions) passes `workers`.
 
 `query` is the query's name (`.queryName(...)`), or its id when it has none. Counters live as long as the driver:
 a query restarted from its checkpoint in the same driver keeps counting.
+
+Started by the `spark-submit` scale target (connectors/spark_submit.py), the driver finds the target's folder in
+`DAEDALUS_SPARK_CONTROL`: the exporter then notes each completed micro-batch there (`running.json`) and, when the
+scaler asks (`stop`), stops every active query, between two micro-batches when it can (`StopOnRequest`), so the
+job's `awaitTermination()` returns and the driver exits.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
+
+from daedalus.connectors.spark_local import write_json
+from daedalus.connectors.spark_submit import CONTROL_ENV, RUNNING, STOP
 
 Workers = Callable[[], Sequence[str]]
 
@@ -66,11 +81,28 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]]:
             and all(isinstance(n, int) and not isinstance(n, bool) for n in parts.values())}
 
 
+_LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
+
+
+def local_slots(master: str) -> int | None:
+    """Task slots of a local master (`local` 1, `local[n]` and `local[n,retries]` n, `local[*]` the cores), else None.
+
+    >>> [local_slots(m) for m in ("local", "local[3]", "local[2,4]", "local-cluster[2,1,1024]", "spark://h:7077")]
+    [1, 3, 2, None, None]
+    """
+    m = _LOCAL.fullmatch(master)
+    if m is None:
+        return None
+    n = m.group(1) or "1"
+    return (os.cpu_count() or 1) if n == "*" else int(n)
+
+
 def executors(spark: Any) -> Workers:
-    """The executors of the application (Spark's ids, the driver excluded), or `driver` alone in local mode."""
+    """The executors of the application (Spark's ids, the driver excluded), or the task slots in local mode."""
     context = spark.sparkContext
-    if context.master.startswith("local"):
-        return lambda: ["driver"]
+    slots = local_slots(context.master)
+    if slots is not None:
+        return lambda: [f"slot-{k}" for k in range(slots)]
 
     def ids() -> list[str]:
         seq = context._jsc.sc().getExecutorIds()
@@ -94,6 +126,7 @@ class ProgressExporter(StreamingQueryListener):
                              registry=r)
         self.up = Gauge("spark_streaming_executor_up", "1 per worker of the query", ["query", "executor"],
                         registry=r)
+        self.control: Path | None = None  # the spark-submit target's folder, when it started this driver
         self._names: dict[str, str] = {}  # query id → its name in the labels
         self._workers: dict[str, set[str]] = {}
         self._topics: dict[str, set[str]] = {}
@@ -104,6 +137,9 @@ class ProgressExporter(StreamingQueryListener):
         exporter = cls(workers or executors(spark))
         exporter.server, _ = start_http_server(port, addr=addr, registry=exporter.registry)
         spark.streams.addListener(exporter)
+        if folder := os.environ.get(CONTROL_ENV):
+            exporter.control = Path(folder)
+            StopOnRequest(spark, exporter.control / STOP).start()
         return exporter
 
     def _name(self, query_id: Any, name: str | None) -> str:
@@ -136,6 +172,8 @@ class ProgressExporter(StreamingQueryListener):
         self.busy.labels(query).inc(max(int(progress.durationMs.get("triggerExecution", 0)), 0) / 1000)
         self._set_backlog(query, topic_backlog(progress.sources))
         self._refresh_workers(query)
+        if self.control is not None:
+            write_json(self.control / RUNNING, {"query": query, "batch": int(progress.batchId), "at": time.time()})
 
     def onQueryIdle(self, event: Any) -> None:
         query = self._name(event.id, None)
@@ -144,3 +182,30 @@ class ProgressExporter(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         """Nothing to do: a query restarted in the same driver keeps its series; a stopped driver's go stale."""
+
+
+class StopOnRequest(threading.Thread):
+    """Stops every active query between two micro-batches once `flag` exists (the spark-submit scaler's request).
+
+    Spark has no "stop after this batch": `StreamingQuery.stop()` interrupts a running batch, which is safe (the batch
+    runs again from the checkpoint's offset log) but wasted. So each query is stopped once it reports no trigger
+    active, waiting at most `patience_s`, after which it is stopped anyway: a query that runs its batches back to
+    back (behind its input) has no pause between them, and waiting longer only lengthens the downtime.
+    """
+
+    def __init__(self, spark: Any, flag: Path, patience_s: float = 10.0, poll_s: float = 0.25) -> None:
+        super().__init__(name="daedalus-stop-on-request", daemon=True)
+        self.spark, self.flag, self.patience_s, self.poll_s = spark, flag, patience_s, poll_s
+
+    def run(self) -> None:
+        while not self.flag.exists():
+            time.sleep(self.poll_s)
+        for query in self.spark.streams.active:
+            began = time.monotonic()
+            while query.status["isTriggerActive"] and time.monotonic() - began < self.patience_s:
+                time.sleep(0.005)
+            between = not query.status["isTriggerActive"]
+            query.stop()
+            how = "between micro-batches" if between else f"during a micro-batch, after {self.patience_s:g} s"
+            print(f"daedalus: stopped query {query.name or query.id} {how} on request ({self.flag})", file=sys.stderr,
+                  flush=True)

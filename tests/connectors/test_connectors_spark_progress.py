@@ -1,4 +1,5 @@
-"""The progress listener a user adds to their Spark job (runtime/spark_progress.py), fed progress events by hand.
+"""The progress listener a user adds to their Spark job (runtime/spark_progress.py), fed progress events by hand, and
+its stop on request (the spark-submit target's), fed query statuses by hand.
 
 The events carry the fields and shapes a real Spark 4.3 query reports: offsets as JSON text (Kafka's
 `{"topic": {"partition": offset}}`, a file source's `{"logOffset": n}`), `durationMs` with `triggerExecution`,
@@ -7,11 +8,13 @@ The events carry the fields and shapes a real Spark 4.3 query reports: offsets a
 
 from __future__ import annotations
 
+import json
+import os
 from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 
-from daedalus.runtime.spark_progress import ProgressExporter, topic_backlog
+from daedalus.runtime.spark_progress import ProgressExporter, StopOnRequest, local_slots, topic_backlog
 
 
 def _source(end: str | None, latest: str | None) -> SimpleNamespace:
@@ -19,7 +22,7 @@ def _source(end: str | None, latest: str | None) -> SimpleNamespace:
 
 
 def _progress(rows: int, batch_ms: int, *sources: SimpleNamespace, name: str | None = "orders") -> SimpleNamespace:
-    return SimpleNamespace(progress=SimpleNamespace(id="3f1c", name=name, numInputRows=rows,
+    return SimpleNamespace(progress=SimpleNamespace(id="3f1c", name=name, batchId=7, numInputRows=rows,
                                                     durationMs={"triggerExecution": batch_ms, "addBatch": 1},
                                                     sources=list(sources)))
 
@@ -69,3 +72,48 @@ def test_idle_means_no_backlog_and_workers_follow_the_executors():
     assert got['spark_streaming_source_backlog_rows{query="3f1c",topic="orders"}'] == 0
     assert 'spark_streaming_executor_up{executor="1",query="3f1c"}' not in got  # its series ends
     assert got['spark_streaming_executor_up{executor="2",query="3f1c"}'] == 1
+
+
+def test_local_mode_counts_the_task_slots_of_its_master():
+    assert [local_slots(m) for m in ("local", "local[3]", "local[2,4]", "local[*]")] == [1, 3, 2, os.cpu_count()]
+    # Not local mode: the executors are the workers (Spark's ids).
+    assert [local_slots(m) for m in ("local-cluster[2,1,1024]", "spark://h:7077", "yarn", "k8s://https://k:443")] == [
+        None] * 4
+
+
+class _Query:
+    """A query's status as PySpark reports it: trigger active for the first `busy` reads, then waiting."""
+
+    def __init__(self, busy: int) -> None:
+        self.name, self.id, self.reads, self.busy, self.stopped_while = "orders", "3f1c", 0, busy, None
+
+    @property
+    def status(self) -> dict:
+        self.reads += 1
+        return {"message": "", "isDataAvailable": True, "isTriggerActive": self.reads <= self.busy}
+
+    def stop(self) -> None:
+        self.stopped_while = self.reads <= self.busy  # True: stopped during a micro-batch
+
+
+def test_a_stop_request_stops_each_query_between_micro_batches_or_after_its_patience(tmp_path, capsys):
+    waiting, behind = _Query(busy=3), _Query(busy=10**9)  # the second never pauses between batches
+    flag = tmp_path / "stop"
+    watcher = StopOnRequest(SimpleNamespace(streams=SimpleNamespace(active=[waiting, behind])), flag, patience_s=0.05,
+                            poll_s=0.01)
+    watcher.start()
+    assert waiting.stopped_while is None and watcher.is_alive()  # nothing until asked
+    flag.write_text("")
+    watcher.join(timeout=10)
+    assert waiting.stopped_while is False and behind.stopped_while is True
+    err = capsys.readouterr().err
+    assert "stopped query orders between micro-batches" in err and "during a micro-batch, after 0.05 s" in err
+
+
+def test_the_target_folder_hears_of_each_micro_batch(tmp_path):
+    exporter = ProgressExporter(lambda: ["slot-0"])
+    exporter.onQueryProgress(_progress(10, 5, name="orders"))
+    assert not (tmp_path / "running.json").exists()  # not started by a spark-submit target: no file
+    exporter.control = tmp_path
+    exporter.onQueryProgress(_progress(10, 5, name="orders"))
+    assert json.loads((tmp_path / "running.json").read_text())["query"] == "orders"
