@@ -1,21 +1,23 @@
 """A user's Spark Structured Streaming job, not the demo's: configured as docs/engines.md tells a user to.
 
-`python spark_user_job.py WORKDIR --rate ROWS_PER_S --metrics-port PORT --seconds S [--start EPOCH]`
+`spark-submit --master local[N] spark_user_job.py WORKDIR --rate ROWS_PER_S --metrics-port PORT --start EPOCH
+[--seconds S]`
 
 It reads a topic `orders` of two partitions from a Python data source with Kafka's offsets (`{"orders": {"0": n,
-"1": m}}`): each partition's log end grows at half the rate from `--start`, a batch takes at most
-`maxRowsPerTrigger` rows (admission control, as Kafka's `maxOffsetsPerTrigger`), and the source reports its latest
-offset, as Kafka's does. Each row is hashed 100 times (CPU work in the JVM), counted by key and written to a noop sink.
-The one line of docs/engines.md publishes its progress for Prometheus. Independently of that, the source appends to
-`WORKDIR/commits.jsonl` the time and the offsets of each batch Spark commits: what the job really processed.
+"1": m}}`): each partition's log end grows at half the rate from `--start` until the epoch written in
+`WORKDIR/closed`, if any (the producer stops); a batch takes at most `maxRowsPerTrigger` rows (admission control, as
+Kafka's `maxOffsetsPerTrigger`), and the source reports its latest offset, as Kafka's does. Each row is hashed 100
+times (CPU work in the JVM) and written with its order id to a Parquet sink (`WORKDIR/output`, exactly once through
+the checkpoint `WORKDIR/checkpoint`). The one line of docs/engines.md publishes its progress for Prometheus.
+Independently of that, the source appends to `WORKDIR/commits.jsonl` the time and the offsets of each batch Spark
+commits: what the job really processed. The master (and so the scale-out) comes from the submit command, as in a
+user's job.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -32,10 +34,14 @@ PARTITIONS = ("0", "1")
 class OrdersReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.start, self.rate = float(options["start"]), float(options["rate"])
-        self.limit, self.log = int(options["maxRowsPerTrigger"]), Path(options["commits"])
+        self.limit, self.log, self.closed = int(options["maxRowsPerTrigger"]), Path(options["commits"]), \
+            Path(options["closed"])
 
     def _end(self) -> dict:
-        n = int((time.time() - self.start) * self.rate / len(PARTITIONS))
+        now = time.time()
+        if self.closed.exists():
+            now = min(now, float(self.closed.read_text()))
+        n = int((now - self.start) * self.rate / len(PARTITIONS))
         return {"orders": {p: n for p in PARTITIONS}}
 
     def initialOffset(self) -> dict:
@@ -84,14 +90,12 @@ def main() -> None:
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--rate", type=float, required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
-    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--seconds", type=float, help="stop after this long (default: when asked to)")
     parser.add_argument("--max-rows", type=int, default=4000)
-    parser.add_argument("--start", type=float, default=time.time(), help="when the topic's log started growing")
+    parser.add_argument("--start", type=float, required=True, help="when the topic's log started growing")
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    spark = (SparkSession.builder.master("local[2]").appName("orders-by-customer")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = SparkSession.builder.appName("orders-by-customer").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(Orders)
 
@@ -101,9 +105,9 @@ def main() -> None:
     digest = F.aggregate(rounds, F.col("payload"), lambda acc, _: F.sha2(acc, 256))
     orders = (spark.readStream.format("orders").option("start", str(args.start)).option("rate", str(args.rate))
               .option("maxRowsPerTrigger", str(args.max_rows)).option("commits", str(args.workdir / "commits.jsonl"))
-              .load())
-    query = (orders.select("customer", digest.alias("digest")).groupBy("customer").count()
-             .writeStream.outputMode("update").format("noop").queryName("orders")
+              .option("closed", str(args.workdir / "closed")).load())
+    query = (orders.select("customer", "payload", digest.alias("digest"))
+             .writeStream.format("parquet").queryName("orders").option("path", str(args.workdir / "output"))
              .option("checkpointLocation", str(args.workdir / "checkpoint"))
              .trigger(processingTime="1 second").start())
     query.awaitTermination(args.seconds)
