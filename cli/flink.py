@@ -489,8 +489,17 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: bench_flink.Sampl
         "decisions": [{"time": it["time"], "elapsed_s": it["elapsed_s"], "kind": it["kind"],
                        "current": it.get("current"), "target": it.get("target"), "action": it.get("action"),
                        "capacity": it.get("capacity_current"), "reasons": it.get("reasons"),
-                       "verdict": it.get("verdict"), "bottleneck": it.get("bottleneck")} for it in loops],
+                       "verdict": it.get("verdict"), "bottleneck": it.get("bottleneck"),
+                       "verification": _verification(it)} for it in loops],
     }
+
+
+def _verification(it: dict[str, Any]) -> str | None:
+    """The loop's verdict on the last executed rescale, with its evidence (capacity before, observed and predicted, the
+    busy share per stage), as the loop noted it; None in a loop that judged nothing."""
+    if it.get("verdict") is None:
+        return None
+    return next((n for n in it.get("notes") or () if n.startswith("rescale ") and it["verdict"] in n), None)
 
 
 def _backlog_recovery(s: bench_flink.Sampled, rescale_time: float, level_at: float | None) -> float | None:

@@ -33,7 +33,8 @@ def test_the_bottleneck_demos_report_has_the_contracts_keys_and_types() -> None:
          "verdict": None, "bottleneck": "aggregate", "bottleneck_scalable": True},
         {"decision": "d-2", "kind": "scale-in", "current": 4, "target": 1, "action": "executed", "time": T0 + 206,
          "action_time": T0 + 206.2, "elapsed_s": 206.0, "capacity_current": 188.0, "reasons": reasons,
-         "verdict": "ineffective", "bottleneck": "aggregate", "bottleneck_scalable": False},
+         "verdict": "ineffective", "bottleneck": "aggregate", "bottleneck_scalable": False,
+         "notes": ["the ceiling of 2 expired", reasons[0]]},
         {"decision": "d-3", "kind": "no-change", "current": 1, "target": 1, "action": None, "time": T0 + 281,
          "elapsed_s": 281.0, "capacity_current": 190.0, "reasons": ["keep 1"], "verdict": "effective",
          "bottleneck": "aggregate", "bottleneck_scalable": True},
@@ -51,3 +52,4 @@ def test_the_bottleneck_demos_report_has_the_contracts_keys_and_types() -> None:
     assert check["undone"] == {"from": 1, "to": 4, "time": T0 + 131.5}
     assert check["after_restart_s"] == 70.0 and check["scale_outs_above_ceiling"] == []
     assert [d["verdict"] for d in report["decisions"]] == [None, "ineffective", "effective"]
+    assert [d["verification"] for d in report["decisions"]] == [None, reasons[0], None]  # the evidence, where noted
