@@ -74,6 +74,19 @@ def checkpointed(workdir: Path) -> int:
     return sum(json.loads(offsets)["orders"].values())
 
 
+def batches(workdir: Path) -> list[tuple[float, float, int]]:
+    """Per committed batch, from the checkpoint: when the previous one was done (its planning starts then), when it
+    was done (its commit file), and its end offset in rows."""
+    ck = workdir / "checkpoint"
+    out, previous = [], 0.0
+    for n in sorted(int(f.name) for f in (ck / "commits").glob("[0-9]*")):
+        done = (ck / "commits" / str(n)).stat().st_mtime
+        out.append((previous, done, sum(json.loads((ck / "offsets" / str(n)).read_text().splitlines()[-1])["orders"]
+                                        .values())))
+        previous = done
+    return out
+
+
 def committed(done: list[dict], t: float) -> float:
     """Rows the job had committed at time t (linear between commits)."""
     return float(np.interp(t, [c["t"] for c in done], [sum(c["end"]["orders"].values()) for c in done]))
