@@ -27,7 +27,7 @@ from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus
 from tests.cli.cli_support import flat, tiny_app
 
-pytestmark = [needs_prometheus, pytest.mark.slow, pytest.mark.engine]  # a real Spark: runs alone (tests/conftest.py)
+pytestmark = [needs_prometheus, pytest.mark.slow]  # a real Spark, but no capacity read: it runs beside other tests
 
 RATE, MAX_ROWS, WINDOW = 6000.0, 4000, 20
 run = tiny_app(observe.observe)

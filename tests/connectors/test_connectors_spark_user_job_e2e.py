@@ -34,7 +34,7 @@ from daedalus.models.loop import PLAIN, iterate
 from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus
 
-pytestmark = [needs_prometheus, pytest.mark.slow, pytest.mark.engine]  # a real Spark: runs alone (tests/conftest.py)
+pytestmark = [needs_prometheus, pytest.mark.slow]  # a real Spark, but no capacity read: it runs beside other tests
 
 NAME, RATE, MAX_ROWS = "orders-by-customer", 2000.0, 4000
 LOOPS, SCALE = 12, {2: 2, 6: 1}  # loop number → the operator's scale-out
