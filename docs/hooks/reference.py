@@ -80,8 +80,10 @@ NOTES = {
     "ScaleOut.min": "the smallest scale-out the loop sets",
     "ScaleOut.max": "the largest scale-out the loop sets",
     "ScaleTarget.kind": "what to scale: a Deployment or StatefulSet (scale subresource), a FlinkDeployment (Flink "
-                        "Kubernetes Operator), a SparkApplication (Spark operator), a local Spark query, or the "
-                        "simulator",
+                        "Kubernetes Operator), a SparkApplication (Spark operator), the demo's local Spark query "
+                        "(`spark-local`), a user's Spark application by its own submit command (`spark-submit`), "
+                        "a Flink job through its REST API (`flink-rest`) or a local reactive cluster "
+                        "(`flink-reactive`), or the simulator (`sim`)",
     "ScaleTarget.namespace": "the target's Kubernetes namespace",
     "ScaleTarget.name": "the target object's name",
     "SimSettings.peak_utilization": "the workload's peak as a share of the true capacity at the maximum scale-out",
