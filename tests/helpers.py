@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from daedalus.models.config import LoopConfig
+from daedalus.models.ports import Target
 from daedalus.models.types import Observation
+from daedalus.sim.job import SimulatedJob
+from daedalus.sim.simulator import Simulator
 
 T0 = 1_767_225_600.0
 
@@ -20,3 +24,9 @@ def observation(n: int = 60, workers: int = 2, workload: float = 1_000.0, cpu: f
         cpu={w: np.full(n, cpu) for w in names}, lag=np.full(n, lag), uptime_s=np.full(n, uptime),
         scaleout=workers if scaleout is None else scaleout,
     )
+
+
+def simulated_target(sim: Simulator, cfg: LoopConfig) -> Target:
+    """The loop's target on a simulated job, which is its metrics, its scaler and its clock at once."""
+    job = SimulatedJob(sim)
+    return Target("sim", job, job, job, cfg)

@@ -11,11 +11,9 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.execute import apply
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
-from daedalus.models.ports import Target
 from daedalus.models.types import Decision
-from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator
-from tests.helpers import T0, observation
+from tests.helpers import T0, observation, simulated_target
 
 
 def test_bad_observation_teaches_nothing_and_holds():
@@ -35,15 +33,14 @@ def test_bad_observation_teaches_nothing_and_holds():
 def test_recovery_after_a_rescale_is_observed_within_10_s_of_the_truth():
     workload = np.full(3600, 150_000.0)
     sim = Simulator(workload, SimConfig(max_scaleout=12, downtime_noise_s=0.0), seed=3, initial_scaleout=4)
-    job = SimulatedJob(sim)
     cfg = LoopConfig(max_scaleout=12, mode="dry-run")  # only the manual action below rescales
-    target = Target("sim", job, job, job, cfg)
+    target = simulated_target(sim, cfg)
     k = Knowledge.new("sim", cfg)
     for _ in range(20):  # learn normal operation
         sim.advance(60)
         iterate(target, k, PLAIN)
     now = sim.now
-    apply(Decision("sim-manual", now, "scale-out", 4, 6, ("test",)), k, job, now)
+    apply(Decision("sim-manual", now, "scale-out", 4, 6, ("test",)), k, target.scaler, now)
     while k.watch is not None and sim.now < now + 900:
         sim.advance(60)
         iterate(target, k, PLAIN)

@@ -21,13 +21,12 @@ from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, Iteration, iterate
 from daedalus.models.planning import planner
-from daedalus.models.ports import Target
 from daedalus.models.types import StageLoad
 from daedalus.runtime.exporter import StoreCollector
-from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator
 from daedalus.tasks.dashboards import ledger_rows, status_record
 from tests.cli.cli_support import flat
+from tests.helpers import simulated_target
 from tests.test_planner import analysis
 
 
@@ -219,8 +218,7 @@ def bottlenecked() -> tuple[Simulator, Knowledge, list[Iteration]]:
     sim = Simulator(np.full(4 * 3600, 2500.0), SimConfig(**NOISY, bottleneck_capacity=1500.0), seed=3,
                     initial_scaleout=2)
     k = Knowledge.new("sim", CFG)
-    job = SimulatedJob(sim)
-    target = Target("sim", job, job, job, CFG)
+    target = simulated_target(sim, CFG)
     its = []
     for _ in range(120):
         sim.advance(60)
@@ -255,8 +253,7 @@ def test_without_a_bottleneck_the_loop_judges_no_rescale_ineffective() -> None:
     sim = Simulator(load, SimConfig(**NOISY, cpu_noise=0.02, throughput_noise=0.03), seed=5, initial_scaleout=2)
     cfg = LoopConfig(max_scaleout=8)
     k = Knowledge.new("sim", cfg)
-    job = SimulatedJob(sim)
-    target = Target("sim", job, job, job, cfg)
+    target = simulated_target(sim, cfg)
     for _ in range(120):
         sim.advance(60)
         iterate(target, k, PLAIN)
@@ -279,8 +276,7 @@ def test_a_scale_out_that_raises_capacity_is_not_undone_while_its_hot_worker_cat
     assert [round(c) for c in sim.true_capacities()[2:4]] == [317_714, 397_664]
     cfg = LoopConfig(planner="daedalus-paper", mode="dry-run")  # only the operator's scale acts
     k = Knowledge.new("sim", cfg)
-    job = SimulatedJob(sim)
-    target = Target("sim", job, job, job, cfg)
+    target = simulated_target(sim, cfg)
     verdicts = []
     for minute in range(40):
         sim.advance(60)
