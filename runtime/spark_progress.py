@@ -16,6 +16,9 @@ control), its latest offset. This listener turns each event into series that Pro
 - `spark_streaming_source_backlog_rows{query, topic}`: for each topic of a source whose offsets are
   `{topic: {partition: offset}}` (Kafka's shape), the sum over partitions of latest − end offset after the batch;
   0 when the query is idle (no new data);
+- `spark_streaming_source_backlog_time_seconds{query}`: when that backlog was read, the start of the batch that
+  reported it (a batch learns its latest offset when it is planned, and reports it when it ends): the backlog's age,
+  so the loop adds what arrived since (connectors/promql.py) instead of a figure a whole batch old;
 - `spark_streaming_query_start_time_seconds{query}`: when the running query started;
 - `spark_streaming_executor_up{query, executor}`: 1 per worker of the query, by default its executors, or in local
   mode its task slots (`slot-0` … `slot-{n-1}` on `local[n]`: the cores are what `local[n]` scales); a job whose
@@ -81,6 +84,11 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]]:
             and all(isinstance(n, int) and not isinstance(n, bool) for n in parts.values())}
 
 
+def _epoch(timestamp: str) -> float:
+    """Seconds since the epoch of Spark's ISO 8601 event time (`2026-11-26T19:00:00.500Z`)."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 
 
@@ -122,6 +130,8 @@ class ProgressExporter(StreamingQueryListener):
                             registry=r)
         self.backlog = Gauge("spark_streaming_source_backlog_rows", "rows of the topic behind its latest offset",
                              ["query", "topic"], registry=r)
+        self.backlog_time = Gauge("spark_streaming_source_backlog_time_seconds", "when the backlog was read",
+                                  ["query"], registry=r)
         self.started = Gauge("spark_streaming_query_start_time_seconds", "start of the running query", ["query"],
                              registry=r)
         self.up = Gauge("spark_streaming_executor_up", "1 per worker of the query", ["query", "executor"],
@@ -153,14 +163,17 @@ class ProgressExporter(StreamingQueryListener):
             self.up.labels(query, worker).set(1)
         self._workers[query] = now
 
-    def _set_backlog(self, query: str, backlog: Mapping[str, int]) -> None:
-        for topic in self._topics.get(query, set()) | set(backlog):
+    def _set_backlog(self, query: str, backlog: Mapping[str, int], read_at: str) -> None:
+        topics = self._topics.get(query, set()) | set(backlog)
+        for topic in topics:
             self.backlog.labels(query, topic).set(backlog.get(topic, 0))
-        self._topics[query] = self._topics.get(query, set()) | set(backlog)
+        if topics:  # a query with no backlog of its own (a file source's) leaves both series to whoever sets them
+            self.backlog_time.labels(query).set(_epoch(read_at))
+        self._topics[query] = topics
 
     def onQueryStarted(self, event: Any) -> None:
         query = self._name(event.id, event.name)
-        self.started.labels(query).set(datetime.fromisoformat(event.timestamp.replace("Z", "+00:00")).timestamp())
+        self.started.labels(query).set(_epoch(event.timestamp))
         self.rows.labels(query).inc(0)
         self.busy.labels(query).inc(0)
         self._refresh_workers(query)
@@ -170,14 +183,14 @@ class ProgressExporter(StreamingQueryListener):
         query = self._name(progress.id, progress.name)
         self.rows.labels(query).inc(max(int(progress.numInputRows), 0))
         self.busy.labels(query).inc(max(int(progress.durationMs.get("triggerExecution", 0)), 0) / 1000)
-        self._set_backlog(query, topic_backlog(progress.sources))
+        self._set_backlog(query, topic_backlog(progress.sources), progress.timestamp)
         self._refresh_workers(query)
         if self.control is not None:
             write_json(self.control / RUNNING, {"query": query, "batch": int(progress.batchId), "at": time.time()})
 
     def onQueryIdle(self, event: Any) -> None:
         query = self._name(event.id, None)
-        self._set_backlog(query, {})
+        self._set_backlog(query, {}, event.timestamp)
         self._refresh_workers(query)
 
     def onQueryTerminated(self, event: Any) -> None:

@@ -87,7 +87,9 @@ class Metrics:
         return [f"slot-{k}" for k in range(self.slots)]
 
     def set_backlog(self, rows: int) -> None:
+        """The backlog as of now (what was fed minus what the query read)."""
         self.progress.backlog.labels(self.app, self.topic).set(rows)
+        self.progress.backlog_time.labels(self.app).set(time.time())
 
 
 class Job:

@@ -71,13 +71,15 @@ def test_decisions_through_prometheus_match_the_direct_loop(tmp_path):
     assert [(a, b) for _, a, b in got] == [(a, b) for _, a, b in expected]
     # Scrape timing may move a decision by at most one loop.
     assert all(abs(g[0] - e[0]) <= 60 for g, e in zip(got, expected, strict=True))
-    # What the loop saw agrees: same holds, capacities within 1 % whenever both estimated one at the same scale-out
-    # (a decision a loop later leaves the two a loop apart at another scale-out: at loop 51 of one run, 12
-    # directly, 11 through Prometheus, where nothing had been estimated yet; seen with the other xdist worker busy).
+    # What the loop saw agrees: same holds, and capacities within 1 % while the two have rescaled at the same loops.
+    # Once scrape timing moves a decision by a loop, the two learn from different histories: one run's loop 53 sat
+    # a loop longer at 11 through Prometheus and estimated its capacity 2 % lower (CI, the other xdist worker busy).
+    same_history = next((n for n, (d, p) in enumerate(zip(direct_its, prom_its, strict=True))
+                         if _actions([d]) != _actions([p])), len(direct_its))
     for n, (d, p) in enumerate(zip(direct_its, prom_its, strict=True)):
         assert p.observation.holds == (), (n, p.observation.holds)
         assert bool(d.analysis.holds) == bool(p.analysis.holds), (n, d.analysis.holds, p.analysis.holds)
         cd, cp = d.analysis.capacity(d.analysis.scaleout), p.analysis.capacity(p.analysis.scaleout)
-        if cd == cd and cd > 0 and d.analysis.scaleout == p.analysis.scaleout:
+        if n < same_history and cd == cd and cd > 0:
             assert abs(cp - cd) <= 0.01 * cd, (n, cd, cp, d.analysis.scaleout, p.analysis.scaleout,
                                                d.observation.timestamps.size, p.observation.timestamps.size)

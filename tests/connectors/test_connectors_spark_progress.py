@@ -21,10 +21,11 @@ def _source(end: str | None, latest: str | None) -> SimpleNamespace:
     return SimpleNamespace(endOffset=end, latestOffset=latest)
 
 
-def _progress(rows: int, batch_ms: int, *sources: SimpleNamespace, name: str | None = "orders") -> SimpleNamespace:
+def _progress(rows: int, batch_ms: int, *sources: SimpleNamespace, name: str | None = "orders",
+              timestamp: str = "2026-11-26T19:00:01.250Z") -> SimpleNamespace:
     return SimpleNamespace(progress=SimpleNamespace(id="3f1c", name=name, batchId=7, numInputRows=rows,
-                                                    durationMs={"triggerExecution": batch_ms, "addBatch": 1},
-                                                    sources=list(sources)))
+                                                    timestamp=timestamp, sources=list(sources),
+                                                    durationMs={"triggerExecution": batch_ms, "addBatch": 1}))
 
 
 def _samples(exporter: ProgressExporter) -> dict[str, float]:
@@ -50,12 +51,15 @@ def test_each_event_adds_its_rows_and_batch_time_and_sets_the_backlog():
     kafka = ('{"orders": {"0": 1000, "1": 900}}', '{"orders": {"0": 1250, "1": 900}}')
     exporter.onQueryProgress(_progress(1900, 800, _source(*kafka)))
     exporter.onQueryProgress(_progress(600, 450, _source('{"orders": {"0": 1300, "1": 1200}}',
-                                                         '{"orders": {"0": 1320, "1": 1210}}')))
+                                                         '{"orders": {"0": 1320, "1": 1210}}'),
+                                       timestamp="2026-11-26T19:00:02.050Z"))
     got = _samples(exporter)
     assert got['spark_streaming_input_rows_total{query="orders"}'] == 2500
     assert got['spark_streaming_batch_seconds_total{query="orders"}'] == 1.25
     assert got['spark_streaming_source_backlog_rows{query="orders",topic="orders"}'] == 30
     start = 1795719600.5  # date -u -d 2026-11-26T19:00:00Z +%s, and the half second
+    # The backlog is as of the start of the batch that reported it: its trigger's start, not the event's arrival.
+    assert got['spark_streaming_source_backlog_time_seconds{query="orders"}'] == start + 1.55
     assert got['spark_streaming_query_start_time_seconds{query="orders"}'] == start
     assert got['spark_streaming_executor_up{executor="1",query="orders"}'] == 1
     assert got['spark_streaming_executor_up{executor="2",query="orders"}'] == 1
@@ -70,8 +74,18 @@ def test_idle_means_no_backlog_and_workers_follow_the_executors():
     exporter.onQueryIdle(SimpleNamespace(id="3f1c", runId="r1", timestamp="2026-11-26T19:00:09Z"))
     got = _samples(exporter)
     assert got['spark_streaming_source_backlog_rows{query="3f1c",topic="orders"}'] == 0
+    assert got['spark_streaming_source_backlog_time_seconds{query="3f1c"}'] == 1795719609  # idle since then
     assert 'spark_streaming_executor_up{executor="1",query="3f1c"}' not in got  # its series ends
     assert got['spark_streaming_executor_up{executor="2",query="3f1c"}'] == 1
+
+
+def test_a_source_without_kafkas_offsets_leaves_the_backlog_and_its_age_to_the_job():
+    exporter = ProgressExporter(lambda: ["1"])
+    exporter.onQueryProgress(_progress(10, 5, _source('{"logOffset": 4}', '{"logOffset": 9}')))
+    exporter.onQueryIdle(SimpleNamespace(id="3f1c", runId="r1", timestamp="2026-11-26T19:00:09Z"))
+    got = _samples(exporter)
+    assert got['spark_streaming_input_rows_total{query="orders"}'] == 10
+    assert not any(k.startswith("spark_streaming_source_backlog") for k in got)  # the demo writes its own
 
 
 def test_local_mode_counts_the_task_slots_of_its_master():

@@ -82,12 +82,13 @@ jobs:
     throughput = sum(np.nanmean(w["throughput"]) for w in seen["workers"].values())
     assert throughput == pytest.approx(processed, rel=0.2)
     assert throughput < 0.9 * RATE  # it falls behind: at most MAX_ROWS a batch
-    # The backlog: the source's latest offset, read while Spark planned a batch (after the previous one was done, before
-    # this one was), minus that batch's end offset; the checkpoint says when each batch was done and where it ended.
-    # The last sample is that of one of the last batches done by then (the listener hears of a batch a little later).
+    # The lag: the source's latest offset, read when Spark planned a batch, minus that batch's end offset, plus what
+    # arrived since the batch's trigger started: the rows the topic held at t beyond the end of one of the last batches
+    # done by then (the listener hears of a batch a little later), give or take the arrivals between a trigger's start
+    # and its planning (under a second) and the workload rate's estimate (2 %). The checkpoint says where each ended.
     recent = [b for b in batches(tmp_path / "job") if b[1] <= t[-1]][-3:]
-    assert any(log_end(start, RATE, planned) - end <= seen["lag"][-1] <= log_end(start, RATE, done_at) - end
-               for planned, done_at, end in recent), (seen["lag"][-1], recent)
+    waiting = [log_end(start, RATE, t[-1]) - end for _, _, end in recent]
+    assert any(-0.02 * w <= seen["lag"][-1] - w <= RATE for w in waiting), (seen["lag"][-1], waiting)
     assert seen["lag"][-1] > seen["lag"][0] > 0  # growing
     busy = np.array([w["cpu"] for w in seen["workers"].values()])
     assert np.all((busy > 0) & (busy <= 1)) and np.all(busy[0] == busy[1])  # one query: one busy share
