@@ -9,7 +9,6 @@ executors).
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import tempfile
@@ -23,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from daedalus.bench.pipeline import BENCH_START, fleet_workloads
-from daedalus.connectors.lake import Lake, observation_table
+from daedalus.connectors.lake import COMPACT_MIN_AGE_S, Lake, observation_table
 from daedalus.models.config import LoopConfig
 from daedalus.models.planning import policies
 from daedalus.models.ports import Target
@@ -33,8 +32,6 @@ from daedalus.sim.workloads import rescale_to_peak
 
 OnProgress = Callable[[str, int, int | None], None]
 HISTORY_POLICY = "hpa-80"
-# rows older than this are merged into one file per job and date by the lake's hourly compaction (its default age)
-COMPACTED_AFTER_S: float = inspect.signature(Lake.compact).parameters["min_age_s"].default
 
 
 def _silent(phase: str, done: int, total: int | None) -> None:
@@ -77,7 +74,7 @@ def record_history(lake: Lake, job: str, workload: np.ndarray, policy: str = HIS
 
 
 def _record_one(lake_url: str, job: str, workload: np.ndarray, seed: int) -> int:
-    return record_history(Lake(lake_url), job, workload, seed=seed, compacted_before_s=COMPACTED_AFTER_S)
+    return record_history(Lake(lake_url), job, workload, seed=seed, compacted_before_s=COMPACT_MIN_AGE_S)
 
 
 def write_histories(lake_url: str, jobs: int, hours: float, seed: int = 0,

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from daedalus.cli.common import FROM_SETTINGS, Lake, Store, console, fail, progress
 from daedalus.cli.settings import Resolved, resolve
+from daedalus.connectors.lake import COMPACT_MIN_AGE_S
 from daedalus.models.errors import DaedalusError
 
 
@@ -104,7 +105,7 @@ def retrain(
 
 def compact(
     lake: Lake = None,
-    min_age_s: Annotated[float, typer.Option(min=0.0)] = 7200.0,
+    min_age_s: Annotated[float, typer.Option(min=0.0)] = COMPACT_MIN_AGE_S,
 ) -> None:
     """Run the compact-lake flow once: merge each partition's old small files."""
     from daedalus.flows.pipeline import compact_lake

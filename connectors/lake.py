@@ -41,6 +41,7 @@ from daedalus.models.types import Observation
 
 __all__ = [
     "COLUMNS",
+    "COMPACT_MIN_AGE_S",
     "DEFAULT_URL",
     "FILE_SCHEMA",
     "SCHEMA",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 DEFAULT_URL = ".daedalus/lake"
+# Compaction leaves files younger than this alone: longer than the validation window, so never raced (above).
+COMPACT_MIN_AGE_S = 7200.0
 SCHEMA = pa.schema(
     [
         ("job", pa.string()),
@@ -300,7 +303,7 @@ class Lake:
 
     # ------------------------------------------------------------------ compaction
 
-    def compact(self, jobs: Iterable[str] | None = None, min_age_s: float = 7200.0,
+    def compact(self, jobs: Iterable[str] | None = None, min_age_s: float = COMPACT_MIN_AGE_S,
                 now: float | None = None, min_files: int = 2) -> CompactionReport:
         """Merge each partition's files whose rows are all older than `min_age_s` into one file."""
         now = time.time() if now is None else now

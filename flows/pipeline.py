@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.schedules import Interval, Schedule
 
 from daedalus.connectors.clock import WALL
+from daedalus.connectors.lake import COMPACT_MIN_AGE_S
 from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
 from daedalus.connectors.spark import SparkSettings
 from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
@@ -107,7 +108,7 @@ def retrain_forecasters(
 
 
 @flow(name="compact-lake", description="Merge each partition's small files older than min_age_s into one.")
-def compact_lake(lake_url: str = DEFAULT_LAKE, min_age_s: float = 7200.0, jobs: list[str] | None = None,
+def compact_lake(lake_url: str = DEFAULT_LAKE, min_age_s: float = COMPACT_MIN_AGE_S, jobs: list[str] | None = None,
                  now: float | None = None) -> dict[str, int]:
     report = lake_tasks.compact(lake_url, min_age_s, jobs, now)
     get_run_logger().info("compacted %d partitions: %d files → %d", report.partitions, report.files_before,
