@@ -67,6 +67,7 @@ MAX_LEVEL = 8  # TaskManagers (1 GB each) `daedalus bench flink --levels` may st
 MIN_SATURATED_S = 15  # seconds of saturation in the run that make a measurement of its own
 LEARN_S = 360.0  # paper seconds (90 s at 4×) in which the loop decides but does not act: capacity needs data
 PEAK = 2.5  # the plateau, in probed single-worker capacities: the probe runs against neighbours at their busiest
+END = 0.4  # the level after the fall, in the same units: within one worker once the backlog has drained
 # `--bottleneck`: the non-parallel stage `aggregate` (runtime/flink_job) takes at most `BOTTLENECK_SHARE` × what one
 # worker's `work` processes, as the probe measures it on this machine at start (the stage waits 1e6 / that rate µs a
 # record). Below one worker: the stage saturates first at every parallelism, one worker's busiest task is the stage
@@ -103,14 +104,14 @@ def compressed_knowledge(cfg: LoopConfig, speedup: float = SPEEDUP) -> Knowledge
     return k
 
 
-def demo_trace(minutes: float, capacity_1: float, seed: int = 0, peak: float = PEAK) -> list[int]:
-    """Records per second: low (45 % of one worker's capacity), a rise to `peak` × it, a plateau, a fall to 40 %."""
+def demo_trace(minutes: float, capacity_1: float, seed: int = 0, peak: float = PEAK, end: float = END) -> list[int]:
+    """Records per second: low (45 % of one worker's capacity), a rise to `peak` × it, a plateau, a fall to `end`."""
     n = max(int(minutes * 60), 120)
     t = np.arange(n) / n
-    low, high, end = 0.45 * capacity_1, peak * capacity_1, 0.4 * capacity_1
+    low, high, last = 0.45 * capacity_1, peak * capacity_1, end * capacity_1
     shape = np.select([t < 0.15, t < 0.27, t < 0.47, t < 0.55],
                       [np.full(n, low), low + (high - low) * (t - 0.15) / 0.12, np.full(n, high),
-                       high + (end - high) * (t - 0.47) / 0.08], np.full(n, end))
+                       high + (last - high) * (t - 0.47) / 0.08], np.full(n, last))
     noise = 1 + 0.04 * np.random.default_rng(seed).standard_normal(n)
     return [max(0, round(v)) for v in shape * noise]
 
@@ -185,8 +186,8 @@ class _Monitors:
 
 def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4, seed: int = 0,
              workdir: Path | None = None, log: Callable[[str], Any] | None = None, speedup: float = SPEEDUP,
-             peak: float = PEAK, probe_s: float = 45.0, flood_s: float = 35.0, bottleneck: bool = False
-             ) -> dict[str, Any]:
+             peak: float = PEAK, probe_s: float = 45.0, flood_s: float = 35.0, bottleneck: bool = False,
+             end: float = END) -> dict[str, Any]:
     """The whole loop on a real Flink job; writes `out/report.json` and `out/report.png`, returns the report.
 
     `bottleneck` gives the job a non-parallel stage that saturates below the trace's peak, at `BOTTLENECK_SHARE` of
@@ -194,7 +195,8 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
     back.
 
     `speedup` compresses the loop's clock (the test runs at 8× to see a scale-in within minutes); `probe_s` and
-    `flood_s` are how long the saturation measurements before and after the trace take at each parallelism."""
+    `flood_s` are how long the saturation measurements before and after the trace take at each parallelism; `peak`
+    and `end` are the trace's plateau and last level in the probed worker's capacities."""
     loop_s = 60.0 / speedup
     from daedalus.flows.mape_k import mape_k
     from daedalus.runtime.prometheus import local_prometheus
@@ -235,7 +237,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
             bottleneck_us = bottleneck_cost(base)
             say(f"One worker's `work` processes about {capacity_1:,.0f} records/s now: the stage "
                 f"`{BOTTLENECK_TASK}` waits {bottleneck_us:,} µs a record, at most {1e6 / bottleneck_us:,.0f}/s.")
-        rates = demo_trace(minutes, base, seed, peak)
+        rates = demo_trace(minutes, base, seed, peak, end)
         say(f"The job processes about {base:,.0f} records/s at one worker now; the trace runs "
             f"{len(rates) / 60:.0f} min between {min(rates):,} and {max(rates):,} records/s.")
         cfg = compressed_config(taskmanagers, speedup)
@@ -300,8 +302,8 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
-        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, probe_capacity_1=round(capacity_1, 1),
-                      bottleneck_us=bottleneck_us,
+        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, end=end,
+                      probe_capacity_1=round(capacity_1, 1), bottleneck_us=bottleneck_us,
                       bottleneck_rate=round(1e6 / bottleneck_us, 1) if bottleneck_us else None,
                       **verification_report(loops, knowledge, found, cfg.ceiling_s))
     report["wall_s"] = round(time.time() - wall0, 1)

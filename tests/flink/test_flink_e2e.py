@@ -1,9 +1,12 @@
 """The whole loop on a real Flink job (`daedalus demo --engine flink`): the `mape-k` flow through Prefect scales the
 trace job out and back in, and nothing is lost or duplicated.
 
-A 5-minute trace on a loop clock compressed 8× (7.5 s loops, scale-ins at most every 150 s) on a local session
-cluster: a JobManager and three one-slot TaskManagers, a real Prometheus, a Prefect server; about 9 minutes on 2
-cores (the demo's default runs 12 minutes at 4×). The assertions are the issue's:
+A 5-minute trace on a loop clock compressed 8× (7.5 s loops, scale-ins at most every 75 s) on a local session
+cluster: a JobManager and three one-slot TaskManagers, a real Prometheus, a Prefect server; about 8 minutes on 2
+cores (the demo's default runs 12 minutes at 4×). The trace falls to a fifth of one worker's capacity, not the
+demo's 0.4: the plateau's backlog drains by about 210 s, and at 0.4 the forecast's band after the fall (about twice
+the load) then kept three workers until 274 s of the 300 in one run and to the end in another (CI, 2026-11-27), so
+the scale-in the test asks for depended on the last few loops. The assertions are the issue's:
 
 - every record the trace generated is in the sink's committed output exactly once;
 - at least one scale-out and one scale-in were executed;
@@ -39,7 +42,7 @@ def test_the_loop_scales_a_real_flink_job_out_and_in_exactly_once(tmp_path):
     marker = str(tmp_path / "work")
     try:
         report = run_demo(tmp_path / "out", minutes=5, taskmanagers=3, workdir=tmp_path / "work", speedup=8.0,
-                          probe_s=30.0, flood_s=27.0)
+                          probe_s=30.0, flood_s=27.0, end=0.2)
     finally:  # even when the run failed: no JVM of this cluster may outlive the test
         left = flink_jvms(marker)
         for line in left:
