@@ -85,8 +85,8 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]]:
 
 
 def _epoch(timestamp: str) -> float:
-    """Seconds since the epoch of Spark's ISO 8601 event time (`2026-11-26T19:00:00.500Z`)."""
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    """Seconds since the epoch of Spark's ISO 8601 event time (`2026-11-26T19:00:00.500Z`; Python 3.11 reads the Z)."""
+    return datetime.fromisoformat(timestamp).timestamp()
 
 
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
