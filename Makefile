@@ -24,14 +24,14 @@ install-test: $(BIN)/python
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
-# Two steps: everything but the engines on two xdist workers, a module to a worker (a module's servers start once), then
-# the engines alone in one process (their tests read capacity, which reads low while another test loads the other
-# core). Both always run; either failing fails the target.
-PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
+# Two steps: first the tests that read a real engine's capacity, alone in one process (capacity reads low while another
+# test loads the other core), then everything else on three xdist workers, a module to a worker (a module's servers
+# start once; most of these tests wait on servers and schedules, so a third worker fills the cores). Both always run;
+# either failing fails the target.
 test: install-test
 	$(BIN)/ruff check .
-	$(PYTEST) -n 2 --dist loadscope -m "not engine"; rest=$$?; $(PYTEST) -m engine; engines=$$?; \
-	test $$rest -eq 0 && test $$engines -eq 0
+	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope -m "not engine"; rest=$$?; \
+	test $$engines -eq 0 && test $$rest -eq 0
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -195,8 +195,9 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
     back.
 
     `speedup` compresses the loop's clock (the test runs at 8× to see a scale-in within minutes); `probe_s` and
-    `flood_s` are how long the saturation measurements before and after the trace take at each parallelism; `peak`
-    and `end` are the trace's plateau and last level in the probed worker's capacities."""
+    `flood_s` are how long the saturation measurements before and after the trace take at each parallelism (`flood_s`
+    0: none after it, the estimates then judged against the run's own saturation only); `peak` and `end` are the
+    trace's plateau and last level in the probed worker's capacities."""
     loop_s = 60.0 / speedup
     from daedalus.flows.mape_k import mape_k
     from daedalus.runtime.prometheus import local_prometheus
@@ -288,11 +289,12 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         s = bench_flink.sample(flink.prometheus_url, JOB, TOPIC, trace.start_ms / 1000, time.time())
         estimated = sorted({int(it["current"]) for it in loops if it.get("kind") not in ("hold", "error")
                             and it.get("current") and it.get("capacity_current")})
-        say(f"{lines:,} records committed of {trace.total:,} generated ({distinct:,} distinct). Measuring the "
-            f"saturation throughput at parallelism {', '.join(map(str, estimated))} …")
-        for p, m in bench_flink.flood(flink, exporter, workdir, "daedalus-saturation", estimated or [1], WORK_US,
-                                      seconds=flood_s, skip_s=flood_s / 3, bottleneck_us=bottleneck_us).items():
-            probes.setdefault(p, []).append(m["throughput_median"])
+        say(f"{lines:,} records committed of {trace.total:,} generated ({distinct:,} distinct).")
+        if flood_s > 0:
+            say(f"Measuring the saturation throughput at parallelism {', '.join(map(str, estimated or [1]))} …")
+            for p, m in bench_flink.flood(flink, exporter, workdir, "daedalus-saturation", estimated or [1], WORK_US,
+                                          seconds=flood_s, skip_s=flood_s / 3, bottleneck_us=bottleneck_us).items():
+                probes.setdefault(p, []).append(m["throughput_median"])
         monitors.join(60.0)
         log_file = flink.jobmanager.log_file() if flink.jobmanager else None
         found = outages(log_file) if log_file else []

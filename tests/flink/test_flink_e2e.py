@@ -2,11 +2,13 @@
 trace job out and back in, and nothing is lost or duplicated.
 
 A 5-minute trace on a loop clock compressed 8× (7.5 s loops, scale-ins at most every 75 s) on a local session
-cluster: a JobManager and three one-slot TaskManagers, a real Prometheus, a Prefect server; about 8 minutes on 2
-cores (the demo's default runs 12 minutes at 4×). The trace falls to a fifth of one worker's capacity, not the
-demo's 0.4: the plateau's backlog drains by about 210 s, and at 0.4 the forecast's band after the fall (about twice
-the load) then kept three workers until 274 s of the 300 in one run and to the end in another (CI, 2026-11-27), so
-the scale-in the test asks for depended on the last few loops. The assertions are the issue's:
+cluster: a JobManager and three one-slot TaskManagers, a real Prometheus, a Prefect server; about 6½ minutes on 2
+cores (the demo's default runs 12 minutes at 4×). No saturation floods after the trace (the demo's report runs one
+per parallelism, about 1½ minutes): the capacity assertion below is judged against the run's own saturation. The
+trace falls to a fifth of one worker's capacity, not the demo's 0.4: the plateau's backlog drains by about 210 s, and
+at 0.4 the forecast's band after the fall (about twice the load) then kept three workers until 274 s of the 300 in
+one run and to the end in another (CI, 2026-11-27), so the scale-in the test asks for depended on the last few loops.
+The assertions are the issue's:
 
 - every record the trace generated is in the sink's committed output exactly once;
 - at least one scale-out and one scale-in were executed;
@@ -42,7 +44,7 @@ def test_the_loop_scales_a_real_flink_job_out_and_in_exactly_once(tmp_path):
     marker = str(tmp_path / "work")
     try:
         report = run_demo(tmp_path / "out", minutes=5, taskmanagers=3, workdir=tmp_path / "work", speedup=8.0,
-                          probe_s=30.0, flood_s=27.0, end=0.2)
+                          probe_s=30.0, flood_s=0.0, end=0.2)
     finally:  # even when the run failed: no JVM of this cluster may outlive the test
         left = flink_jvms(marker)
         for line in left:
