@@ -28,6 +28,7 @@ demo: install
 # test loads the other core), then everything else on three xdist workers, a module to a worker (a module's servers
 # start once; most of these tests wait on servers and schedules, so a third worker fills the cores). Both always run;
 # either failing fails the target.
+PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
 test: install-test
 	$(BIN)/ruff check .
 	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope -m "not engine"; rest=$$?; \
