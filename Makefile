@@ -31,7 +31,7 @@ demo: install
 PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
 test: install-test
 	$(BIN)/ruff check .
-	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope -m "not engine"; rest=$$?; \
+	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
 	test $$engines -eq 0 && test $$rest -eq 0
 
 lint: install-test

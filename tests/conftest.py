@@ -124,3 +124,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         where = Path(str(item.path)).relative_to(root).as_posix()
         if where.startswith(ENGINE_TESTS):
             item.add_marker(pytest.mark.engine)
+    # The longest modules first, then the others that start servers, then the rest, each module kept whole and in its
+    # order: xdist (`--dist loadscope --no-loadscope-reorder`) hands modules out in this order, so the long ones start
+    # together and the many short ones fill the gaps, instead of a long one starting last and ending the run alone.
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def order(item: pytest.Item) -> int:
+        where = Path(str(item.path)).relative_to(root).as_posix()
+        return 0 if where in LONGEST else 1 if item.path in slow else 2
+
+    items.sort(key=order)
+
+
+# The modules of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;
+# the user's Spark job is submitted three times and drained).
+LONGEST = ("tests/ops/test_ops_prefect.py", "tests/connectors/test_connectors_spark_user_job_e2e.py")
