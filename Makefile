@@ -25,13 +25,13 @@ demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
 # Two steps: first the tests that read a real engine's capacity, alone in one process (capacity reads low while another
-# test loads the other core), then everything else on four xdist workers, a module to a worker (a module's servers
-# start once; most of these tests wait on servers and schedules, so four workers keep the two cores busy). Both always run;
+# test loads the other core), then everything else on three xdist workers, a module to a worker (a module's servers
+# start once; most of these tests wait on servers and schedules, so a third worker fills the cores). Both always run;
 # either failing fails the target.
 PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
 test: install-test
 	$(BIN)/ruff check .
-	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 4 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
+	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
 	test $$engines -eq 0 && test $$rest -eq 0
 
 lint: install-test

@@ -111,7 +111,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # Tests that start a real engine and read its capacity run alone, before the rest (`make test` runs `-m engine` in one
-# process, then `-m "not engine"` on four xdist workers): two Flink clusters would share the reporter's port range, and
+# process, then `-m "not engine"` on three xdist workers): two Flink clusters would share the reporter's port range, and
 # an engine's capacity measured while another test saturates the other core of a 2-core machine reads low (the Spark
 # end-to-end test's second slot added nothing while the other worker ran: 3,989 against 3,999 rows/s). The user's
 # Spark job rescaled by its submit command reads no capacity and runs with the rest.
