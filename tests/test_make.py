@@ -22,3 +22,9 @@ def test_make_test_runs_the_engine_tests_then_all_the_others_and_fails_on_either
     markers = [words[words.index("-m", words.index("pytest")) + 1] for words in steps]
     assert markers == ["engine", "not engine"], recipe  # together, every test exactly once
     assert "test $engines -eq 0 && test $rest -eq 0" in recipe, recipe
+
+
+def test_the_modules_handed_out_first_exist():
+    from tests.conftest import ENGINE_TESTS, LONGEST
+
+    assert [m for m in (*LONGEST, *ENGINE_TESTS) if not (ROOT / m).exists()] == []
