@@ -110,12 +110,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     drop_undeliverable(DELIVER_S)
 
 
-# Tests that start a real engine and read its capacity run alone, before the rest (`make test` runs `-m engine` in one
-# process, then `-m "not engine"` on three xdist workers): two Flink clusters would share the reporter's port range, and
-# an engine's capacity measured while another test saturates the other core of a 2-core machine reads low (the Spark
-# end-to-end test's second slot added nothing while the other worker ran: 3,989 against 3,999 rows/s). The user's
-# Spark job rescaled by its submit command reads no capacity and runs with the rest.
-ENGINE_TESTS = ("tests/flink/", "tests/connectors/test_connectors_spark_e2e.py")
+# Tests that read a real engine's capacity run alone, before the rest (`make test` runs `-m engine` in one process, then
+# `-m "not engine"` on three xdist workers): an engine's capacity measured while another test saturates the other core
+# of a 2-core machine reads low (the Spark end-to-end test's second slot added nothing while the other worker ran:
+# 3,989 against 3,999 rows/s). The other tests that start an engine read no capacity and run with the rest: the user's
+# Spark job rescaled by its submit command, the Flink faults (a killed TaskManager, a resubmitted job) and the Flink
+# runtime's own tests (each cluster picks its ports free, so two at once do not meet).
+ENGINE_TESTS = ("tests/flink/test_flink_e2e.py", "tests/connectors/test_connectors_spark_e2e.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
