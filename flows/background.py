@@ -23,6 +23,7 @@ from daedalus.connectors.targets import resolve
 from daedalus.flows.mape_k import FORECAST_POOR, RESCALED
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ValidationError
+from daedalus.models.knowledge import Knowledge
 from daedalus.tasks import recovery as recovery_tasks
 from daedalus.tasks import retrain as retrain_tasks
 from daedalus.tasks.publish import artifact_key
@@ -83,8 +84,9 @@ def recovery_monitor(
     poll_s: float = 15.0,
 ) -> dict[str, Any]:
     """Polls for `recovery_wait_s` at most, and stops as soon as the ledger has the recovery (the loop noticed it
-    first); a run stuck past `RECOVERY_DEADLINE_S` (a hung metrics call) is failed by Prefect, so no monitor outlives
-    its purpose. The prediction is the ledger's (an approved or manual rescale's event carries none)."""
+    first) or a later rescale (what follows is that one's recovery); a run stuck past `RECOVERY_DEADLINE_S` (a hung
+    metrics call) is failed by Prefect, so no monitor outlives its purpose. The prediction is the ledger's (an
+    approved or manual rescale's event carries none)."""
     store = KnowledgeStore(store_url)
     target, _ = resolve(job, store_url, jobs_file)
     knowledge = store.load(job).knowledge
@@ -94,7 +96,8 @@ def recovery_monitor(
     timeout_s = recovery_wait_s(target.config, timeout_s)
     detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)
     result = recovery_tasks.follow_task(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s,
-                                        poll_s, partial(_settled, store, job, decision))
+                                        poll_s, partial(_settled, store, job, decision),
+                                        partial(_later_rescale, store, job, rescale_time))
     direction = "a rescale" if from_scaleout is None or to_scaleout is None else (
         f"{'scale-out' if to_scaleout > from_scaleout else 'scale-in'} {from_scaleout} → {to_scaleout}")
     predicted = "none within the horizon" if predicted_recovery_s is None else f"{predicted_recovery_s:.0f} s"
@@ -109,12 +112,24 @@ def recovery_monitor(
     return recovery_tasks.publish(result, direction)
 
 
+def _knowledge(store: KnowledgeStore, job: str) -> Knowledge | None:
+    """The job's stored knowledge; None when unreadable (the loop's to report: the monitor keeps watching)."""
+    try:
+        return store.load(job).knowledge
+    except Exception:
+        return None
+
+
+def _later_rescale(store: KnowledgeStore, job: str, rescale_time: float) -> float | None:
+    """When the job was rescaled again after the one followed (the ledger's last rescale, a second or more later)."""
+    knowledge = _knowledge(store, job)
+    last = None if knowledge is None else knowledge.last_rescale
+    return float(last) if last is not None and last > rescale_time + 1.0 else None
+
+
 def _settled(store: KnowledgeStore, job: str, decision: str) -> float | None:
     """The observed recovery time the ledger already has for `decision` (the loop noticed it first), else None."""
-    try:
-        knowledge = store.load(job).knowledge
-    except Exception:  # an unreadable store is the loop's to report; the monitor keeps watching the metrics
-        return None
+    knowledge = _knowledge(store, job)
     entry = knowledge.entry(decision) if knowledge is not None else None
     return None if entry is None else entry.observed_recovery_s
 

@@ -4,7 +4,8 @@ The detector's normal statistics come from the job's knowledge (learned by the l
 for a job without them, from the window before the rescale. The downtime is the time from the rescale to the
 restart the metrics report (uptime since the last restart). Reads metrics only: the result goes to the job's
 inbox as a "recovered" message, and the loop applies it (the ledger's observed recovery time is set once,
-whichever of the loop and this flow notices the recovery first: a monitor stops as soon as the ledger has it).
+whichever of the loop and this flow notices the recovery first: a monitor stops as soon as the ledger has it, or
+as soon as the job has been rescaled again).
 A poll whose metrics cannot be read is retried at the next poll; the monitor always ends at its wait, with why.
 """
 
@@ -64,10 +65,14 @@ def normal_detector(knowledge: Knowledge | None, target: Target, rescale_time: f
 def follow(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
            detector: AnomalyDetector, timeout_s: float, poll_s: float,
            sleep: Callable[[float], None] = time.sleep,
-           settled: Callable[[], float | None] = lambda: None) -> Recovery:
+           settled: Callable[[], float | None] = lambda: None,
+           superseded: Callable[[], float | None] = lambda: None) -> Recovery:
     """Poll the job's metrics from the rescale on until recovery, until `settled` returns the recovery the ledger
-    already has (the loop noticed it first), or until `timeout_s` passed (job clock or wall).
+    already has (the loop noticed it first), until `superseded` returns the time of a later rescale of the job, or
+    until `timeout_s` passed (job clock or wall).
 
+    A later rescale ends the watch at its time: what follows it is its own recovery, and counted as this one's it
+    would stretch a scale-out taken in two steps (1 → 2, then 2 → 3 while still behind) into the time both took.
     Only the polling is here: what recovery and downtime are is `daedalus.models.recovery.anomaly`'s, as in the loop.
     """
     tracker = RecoveryTracker(rescale_time, detector)
@@ -75,21 +80,28 @@ def follow(target: Target, decision: str, rescale_time: float, predicted_recover
     started = time.monotonic()
     while True:
         now = target.clock.now()
+        later = superseded()
+        until = now if later is None else min(now, later)
         try:
-            obs = target.metrics.observe(target.job, since, now)
+            obs = target.metrics.observe(target.job, since, until) if until > since else None
         except ConnectorError as exc:  # a job stopped, a Prometheus restarting: try again at the next poll
             unreadable = f"; the metrics could not be read at the last poll ({exc})"
         else:
             unreadable = ""
-            restart = track_recovery(tracker, obs, restart)
-            if obs.timestamps.size:
-                since = float(obs.timestamps[-1])
+            if obs is not None:
+                restart = track_recovery(tracker, obs, restart)
+                if obs.timestamps.size:
+                    since = float(obs.timestamps[-1])
         waited = now - rescale_time
         ledger = None if tracker.recovered else settled()
-        if tracker.recovered or ledger is not None or waited >= timeout_s or time.monotonic() - started >= timeout_s:
+        if (tracker.recovered or ledger is not None or later is not None or waited >= timeout_s
+                or time.monotonic() - started >= timeout_s):
             observed = tracker.observed_recovery_s if ledger is None else ledger
             reason = tracker.status if ledger is None else f"recovered in {ledger:.0f} s, noticed first by the loop"
-            if observed is None:
+            if observed is None and later is not None:
+                reason = (f"superseded by the rescale {later - rescale_time:.0f} s after it, before it recovered: "
+                          f"{reason}{unreadable}")
+            elif observed is None:
                 reason = f"gave up after {waited:.0f} s (its wait is {timeout_s:.0f} s): {reason}{unreadable}"
             return Recovery(target.job, decision, rescale_time, predicted_recovery_s, observed,
                             downtime_s(rescale_time, restart), waited, reason, in_ledger=ledger is not None)
@@ -99,8 +111,9 @@ def follow(target: Target, decision: str, rescale_time: float, predicted_recover
 @task(name="follow-recovery", cache_policy=NO_CACHE)
 def follow_task(target: Target, decision: str, rescale_time: float, predicted_recovery_s: float | None,
                 detector: AnomalyDetector, timeout_s: float, poll_s: float,
-                settled: Callable[[], float | None]) -> Recovery:
-    return follow(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s, poll_s, settled=settled)
+                settled: Callable[[], float | None], superseded: Callable[[], float | None]) -> Recovery:
+    return follow(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s, poll_s, settled=settled,
+                  superseded=superseded)
 
 
 @task(name="record-recovery", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])

@@ -65,6 +65,25 @@ def test_a_monitor_stops_when_the_loop_settled_the_recovery_first() -> None:
     assert r.in_ledger
 
 
+def test_a_later_rescale_ends_the_watch_at_its_time() -> None:
+    # Rescaled again 4 s after the rescale followed, while the job is still down: the monitor reads up to 1,004 and
+    # ends there, not recovered (the recovery at 9 s is the later rescale's to report).
+    job = Job()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=5.0, sleep=job.sleep,
+               superseded=lambda: None if job.polls < 1 else RESCALE + 4.0)
+    assert job.polls == 2 and job.t == RESCALE + 7.0 and r.observed_recovery_s is None and r.downtime_s is None
+    assert r.reason.startswith("superseded by the rescale 4 s after it, before it recovered: "), r.reason
+
+
+def test_a_recovery_before_the_later_rescale_is_reported() -> None:
+    job = Job()
+    target = Target("j", metrics=job, scaler=None, clock=job)  # type: ignore[arg-type]
+    r = follow(target, "d-1", RESCALE, 30.0, normal(), timeout_s=600.0, poll_s=5.0, sleep=job.sleep,
+               superseded=lambda: RESCALE + 30.0 if job.t >= RESCALE + 30.0 else None)
+    assert r.observed_recovery_s == 9.0 and r.reason == "recovered in 9 s"
+
+
 def test_a_monitor_gives_up_at_its_wait_and_says_why() -> None:
     class Down(Job):
         def observe(self, job: str, since: float | None, until: float) -> Observation:

@@ -22,7 +22,8 @@ The assertions are the issue's:
   (`models.anomaly.track_recovery` keeps the job's previous start): those are printed, not compared;
 - every executed rescale has an observed recovery time (the paper's anomaly detector on workload − throughput, in
   the ledger) within 20 % or 10 s of the time its backlog (the source's pending records) took to return to its
-  level before the rescale, and no recovery monitor ended otherwise than recovered or given up with its reason;
+  level before the rescale, unless the job was rescaled again before it recovered (its monitor then ends, saying
+  so), and no recovery monitor ended otherwise than recovered, superseded or given up with its reason;
 - no JVM is left running, and the cluster stayed under 3 GiB resident.
 """
 
@@ -80,6 +81,11 @@ def test_the_loop_scales_a_real_flink_job_out_and_in_exactly_once(tmp_path):
 
     for rescale in report["downtime_s"]:  # issue 27: the observed recovery, checked against the backlog
         observed, backlog = rescale["observed_recovery_s"], rescale["backlog_recovery_s"]
+        if observed is None and (rescale["monitor"] or "").startswith("superseded by the rescale"):
+            # Rescaled again before it recovered (1 → 2, then 2 → 3 while still behind on the rise): what follows is
+            # the later rescale's recovery, checked in its turn (CI, 2026-11-27: counted as the first one's, 143 s).
+            assert any(r["time"] > rescale["time"] for r in report["downtime_s"]), rescale
+            continue
         assert observed is not None and backlog is not None, rescale
         assert abs(observed - backlog) <= max(10.0, 0.2 * backlog), rescale
         assert rescale["monitor"] and "Error" not in rescale["monitor"], rescale
