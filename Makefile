@@ -29,13 +29,9 @@ demo: install
 # start once; most of these tests wait on servers and schedules, so a third worker fills the cores). Both always run;
 # either failing fails the target.
 PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
-# The rest's Spark JVMs (local sessions and submitted jobs, none older than a few minutes) compile with C1 only and
-# collect with the serial collector: the same work for half the CPU (the pipeline tests' session: 99 -> 49 CPU-s), on
-# a step whose two cores are busy throughout. The engine step keeps the JVM's defaults: it measures capacity.
-REST_JVM := SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 test: install-test
 	$(BIN)/ruff check .
-	$(PYTEST) -m engine; engines=$$?; $(REST_JVM) $(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
+	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
 	test $$engines -eq 0 && test $$rest -eq 0
 
 lint: install-test

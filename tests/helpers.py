@@ -11,6 +11,11 @@ from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import Simulator
 
 T0 = 1_767_225_600.0
+# JVM options for a test's short-lived JVM that reads no capacity (a pipeline test's Spark session, the Flink faults
+# cluster): the JIT's C1 tier only and the serial collector. A JVM living minutes never pays back what C2 compiles,
+# and 2 cores leave no room for parallel GC threads: the same work for half the CPU (11 pipeline tests: 99 -> 49
+# CPU-s), where every CPU-second is the suite's wall time (`make test`'s second step keeps both cores busy).
+SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def observation(n: int = 60, workers: int = 2, workload: float = 1_000.0, cpu: float = 0.5, lag: float = 0.0,

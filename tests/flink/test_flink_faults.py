@@ -23,8 +23,9 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop import PLAIN, iterate
 from daedalus.models.ports import Target
-from daedalus.runtime.flink import LocalFlink, Trace, TraceExporter, TraceJob, outages
+from daedalus.runtime.flink import JAVA_OPTS, LocalFlink, Trace, TraceExporter, TraceJob, outages
 from daedalus.runtime.prometheus import local_prometheus
+from tests.helpers import SHORT_JVM
 
 pytestmark = [needs_flink, needs_prometheus, pytest.mark.slow]
 
@@ -42,7 +43,8 @@ def test_a_killed_taskmanager_holds_the_loop_and_a_resubmitted_job_is_found_by_n
     marker = str(tmp_path / "cluster")
     try:
         with LocalFlink(tmp_path / "cluster", taskmanagers=3, max_taskmanagers=3, prometheus=local_prometheus,
-                        extra_targets=[exporter.target]) as flink:
+                        extra_targets=[exporter.target],
+                        extra_config={"env.java.opts.all": f"{JAVA_OPTS} {SHORT_JVM}"}) as flink:
             trace = Trace.of([150] * 1200, int(time.time() * 1000) + 3000)
             exporter.trace = trace
             spec = TraceJob(NAME, trace.write(tmp_path / "trace.txt"), trace.start_ms, tmp_path / "out", work_us=500)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from daedalus.connectors.lake import SCHEMA, Lake
+from tests.helpers import SHORT_JVM
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -17,7 +18,8 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 def spark_settings():
     from daedalus.connectors.spark import SparkSettings
 
-    return SparkSettings(master="local[2]", shuffle_partitions=4, driver_memory="1g")
+    return SparkSettings(master="local[2]", shuffle_partitions=4, driver_memory="1g",
+                         conf={"spark.driver.extraJavaOptions": SHORT_JVM})
 
 
 @pytest.fixture(scope="session")
