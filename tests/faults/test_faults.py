@@ -218,8 +218,10 @@ def test_prometheus_down_holds(run: Run) -> None:
 
 
 def test_a_slow_prometheus_holds_and_the_run_ends_within_its_deadline(run: Run) -> None:
-    """The run takes the deadline plus what a run takes anyway (measured here, on the same machine, with a
-    Prometheus that answers), plus 2 s. Retrying the whole observation would take 3 × the deadline + 6 s."""
+    """The run waits the deadline and ends well before a retry of the whole observation could (3 × the deadline +
+    6 s of backoff) or the answer came (60 s): within 3 × the deadline plus what a run takes anyway (measured here,
+    on the same machine, with a Prometheus that answers). The bound leaves a run on a loaded machine seconds to spare:
+    beside the suite's other workers one took 6.7 s with a deadline of 3 s and a run of 1.4 s (2026-11-27)."""
     deadline = 3.0
     kube = run.start_kube(3)
     run.jobs(fs.job("nan", run.prom_url))
@@ -230,7 +232,7 @@ def test_a_slow_prometheus_holds_and_the_run_ends_within_its_deadline(run: Run) 
     assert s.kind == "hold"
     shown(s, f"metrics unavailable: metrics too slow: prometheus {url} did not answer",
           f"within the observation's deadline of {deadline:g} s (prometheus.deadline)")
-    assert s.seconds <= deadline + base + 2.0, f"{s.seconds:.1f} s: deadline {deadline:g} s, a run {base:.1f} s"
+    assert deadline <= s.seconds < 3 * deadline + base, f"{s.seconds:.1f} s: deadline {deadline:g} s, run {base:.1f} s"
     assert kube.patches() == []
     fs.check_ledger(run.store, "ok", s.report)
 
