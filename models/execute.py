@@ -30,8 +30,15 @@ Journal = Callable[[Knowledge], object]  # writes the knowledge durably (a new s
 
 
 def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
-    """What an executed rescale leaves in the knowledge: the grace period, and a recovery to follow."""
+    """What an executed rescale leaves in the knowledge: the grace period, and a recovery to follow. A rescale still
+    followed (not recovered yet) is followed no longer, and its history says why, as the recovery monitor's does: what
+    comes next is this rescale's recovery."""
     knowledge.last_action = knowledge.last_rescale = at
+    followed = knowledge.watch
+    older = knowledge.entry(followed.decision_id) if followed is not None else None
+    if followed is not None and older is not None and older is not entry:
+        older.history.append((at, f"superseded by the rescale {at - followed.rescale_time:.0f} s after it "
+                                  f"({entry.id}), before it recovered"))
     knowledge.watch = RecoveryWatch(
         decision_id=entry.id, rescale_time=at, scaled_out=entry.target > entry.current,
         predicted_recovery_s=entry.predicted_recovery_s, tracker=RecoveryTracker(at, knowledge.anomaly),

@@ -174,6 +174,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 SHARED_SESSIONS = "tests/pipeline/"
 
 # The units of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;
-# the user's Spark job is submitted three times and drained; the pipeline's modules, one unit, take about 6 minutes:
-# handed out late, they ended a run alone for its last 2½ minutes).
+# the user's Spark job is submitted three times and drained; the pipeline's modules, one unit, take about 4 minutes:
+# handed out among the last, they were the likely end of a run whose last 2½ minutes left the cores 35–65 % idle).
 LONGEST = ("tests/ops/test_ops_prefect.py", "tests/connectors/test_connectors_spark_user_job_e2e.py", SHARED_SESSIONS)

@@ -77,3 +77,23 @@ class _Scaler:
 
     def current(self, job):
         return None
+
+
+def test_a_rescale_before_the_last_one_recovered_ends_its_watch_and_says_so():
+    sim = Simulator(np.full(3600, 150_000.0), SimConfig(max_scaleout=12, downtime_noise_s=0.0), seed=3,
+                    initial_scaleout=4)
+    cfg = LoopConfig(max_scaleout=12, mode="dry-run")  # only the manual actions below rescale
+    target = simulated_target(sim, cfg)
+    k = Knowledge.new("sim", cfg)
+    for _ in range(5):
+        sim.advance(60)
+        iterate(target, k, PLAIN)
+    first = sim.now
+    apply(Decision("sim-first", first, "scale-out", 4, 6, ("test",)), k, target.scaler, first)
+    sim.advance(20)  # still restarting: not recovered
+    apply(Decision("sim-second", first + 20, "scale-out", 6, 8, ("test",)), k, target.scaler, first + 20)
+    assert k.watch is not None and k.watch.decision_id == "sim-second"
+    assert k.entry("sim-first").observed_recovery_s is None
+    assert k.entry("sim-first").history[-1] == (
+        first + 20, "superseded by the rescale 20 s after it (sim-second), before it recovered")
+    assert k.entry("sim-second").history[-1] == (first + 20, "executed")  # the new one's own story is untouched
