@@ -137,7 +137,10 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     resumed = iterate(target, k, PLAIN)
     assert k.override is None and "the hold of carol's manual scale to 4 ended: the loop plans again" in resumed.notes
     assert resumed.decision.current == 4 and resumed.action is not None and resumed.action.state == "executed"
-    assert sim.scaleout > 4 and entry.history[-1][1] == "the hold ended: the loop plans again"
+    # Carol's scale-in at the peak had not recovered (the job was held behind): the loop's rescale ends its watch.
+    assert sim.scaleout > 4 and [what for _, what in entry.history[-2:]] == [
+        "the hold ended: the loop plans again",
+        f"superseded by the rescale 600 s after it ({resumed.decision.id}), before it recovered"]
     assert wall.t == T0 + 660 and events_text(entry) == ("manual scale by carol 00:00:20 → executed 00:01:00 → "
                                                          "held until 00:11:00 → hold ended 00:11:00")
 
