@@ -24,19 +24,15 @@ install-test: $(BIN)/python
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/daedalus demo
 
-# Three steps: the tests that read a real engine's capacity, alone in one process (capacity reads low while another
-# test loads the other core), and beside them, at the lowest priority, the timeless ones (computation only: they take
-# the CPU the engines leave idle, a third of the two cores, and no wait changes their outcome; their report follows
-# the engines'); then everything else on three xdist workers, a module to a worker (a module's servers start once;
-# most of these tests wait on servers and schedules, so a third worker fills the cores). All always run; any failing
-# fails the target.
-PYTEST := env PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
+# Two steps: first the tests that read a real engine's capacity, alone in one process (capacity reads low while another
+# test loads the other core), then everything else on three xdist workers, a module to a worker (a module's servers
+# start once; most of these tests wait on servers and schedules, so a third worker fills the cores). Both always run;
+# either failing fails the target.
+PYTEST := PREFECT_SERVER_ANALYTICS_ENABLED=false OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -rs --durations=15
 test: install-test
 	$(BIN)/ruff check .
-	aside=$$(mktemp); nice -n 19 $(PYTEST) -m "timeless and not engine" > $$aside 2>&1 & timeless_pid=$$!; \
-	$(PYTEST) -m engine; engines=$$?; wait $$timeless_pid; timeless=$$?; cat $$aside; rm -f $$aside; \
-	$(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine and not timeless"; rest=$$?; \
-	test $$engines -eq 0 && test $$timeless -eq 0 && test $$rest -eq 0
+	$(PYTEST) -m engine; engines=$$?; $(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not engine"; rest=$$?; \
+	test $$engines -eq 0 && test $$rest -eq 0
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -11,7 +11,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import hypothesis
 import pytest
 
 from daedalus.data import DATA
@@ -119,23 +118,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # runtime's own tests (each cluster picks its ports free, so two at once do not meet).
 ENGINE_TESTS = ("tests/flink/test_flink_e2e.py", "tests/connectors/test_connectors_spark_e2e.py")
 
-# Modules of computation only: no server, subprocess, thread, socket or clock of their own (tests/test_make.py reads
-# their imports and fixtures), so however long the machine makes them wait, their outcome is the same. `make test`
-# runs them beside the engine tests at the lowest priority (`nice -n 19`): they take only the CPU the engines leave
-# idle (a third of two cores), not time from the others.
-TIMELESS = tuple(f"tests/{name}.py" for name in (
-    "bench/test_bench_ds2", "bench/test_bench_flink_autoscaler", "bench/test_bench_harness", "bench/test_bench_hpa",
-    "bench/test_bench_oracle", "bench/test_bench_registry", "cli/test_cli_main", "cli/test_cli_simulate_contract",
-    "cli/test_cli_text", "connectors/test_connectors_store", "flink/test_flink_demo_report",
-    "flink/test_flink_recovery", "flink/test_flink_saturation", "test_analyze", "test_anomaly",
-    "test_backlog_recovery", "test_backtest", "test_capacity", "test_cli", "test_exactly_once", "test_forecast",
-    "test_knowledge", "test_planner", "test_planner_mpc", "test_recovery", "test_simulator", "test_stats",
-    "test_layering", "test_validation", "test_verification", "test_workloads"))
-# Hypothesis times each example and its data's generation on the wall clock: a timeless test is not to fail on it.
-hypothesis.settings.register_profile("timeless", deadline=None,
-                                     suppress_health_check=[hypothesis.HealthCheck.too_slow])
-hypothesis.settings.load_profile("timeless")
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(str(config.rootpath))
@@ -143,8 +125,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         where = Path(str(item.path)).relative_to(root).as_posix()
         if where.startswith(ENGINE_TESTS):
             item.add_marker(pytest.mark.engine)
-        if where in TIMELESS:
-            item.add_marker(pytest.mark.timeless)
     # The longest modules first, then the others that start servers, then the rest, each module kept whole and in its
     # order: xdist (`--dist loadscope --no-loadscope-reorder`) hands modules out in this order, so the long ones start
     # together and the many short ones fill the gaps, instead of a long one starting last and ending the run alone.
