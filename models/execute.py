@@ -13,7 +13,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge, Proposal, RecoveryWatch
 from daedalus.models.ports import Scaler
-from daedalus.models.recovery import RecoveryTracker
+from daedalus.models.recovery import RecoveryTracker, superseded_note
 from daedalus.models.text import utc
 from daedalus.models.types import Decision, LedgerEntry, ScalingAction
 
@@ -37,8 +37,7 @@ def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
     followed = knowledge.watch
     older = knowledge.entry(followed.decision_id) if followed is not None else None
     if followed is not None and older is not None and older is not entry:
-        older.history.append((at, f"superseded by the rescale {at - followed.rescale_time:.0f} s after it "
-                                  f"({entry.id}), before it recovered"))
+        older.history.append((at, superseded_note(at - followed.rescale_time, entry.id)))
     knowledge.watch = RecoveryWatch(
         decision_id=entry.id, rescale_time=at, scaled_out=entry.target > entry.current,
         predicted_recovery_s=entry.predicted_recovery_s, tracker=RecoveryTracker(at, knowledge.anomaly),

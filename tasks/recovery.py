@@ -26,7 +26,14 @@ from daedalus.connectors.inbox import Inbox
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
-from daedalus.models.recovery.anomaly import AnomalyDetector, RecoveryTracker, downtime_s, learn_normal, track_recovery
+from daedalus.models.recovery.anomaly import (
+    AnomalyDetector,
+    RecoveryTracker,
+    downtime_s,
+    learn_normal,
+    superseded_note,
+    track_recovery,
+)
 from daedalus.tasks.publish import artifact_key
 
 BASELINE_S = 600.0  # window before the rescale to learn normal operation from, when the knowledge has none
@@ -99,8 +106,7 @@ def follow(target: Target, decision: str, rescale_time: float, predicted_recover
             observed = tracker.observed_recovery_s if ledger is None else ledger
             reason = tracker.status if ledger is None else f"recovered in {ledger:.0f} s, noticed first by the loop"
             if observed is None and later is not None:
-                reason = (f"superseded by the rescale {later - rescale_time:.0f} s after it, before it recovered: "
-                          f"{reason}{unreadable}")
+                reason = f"{superseded_note(later - rescale_time)}: {reason}{unreadable}"
             elif observed is None:
                 reason = f"gave up after {waited:.0f} s (its wait is {timeout_s:.0f} s): {reason}{unreadable}"
             return Recovery(target.job, decision, rescale_time, predicted_recovery_s, observed,

@@ -65,6 +65,12 @@ def learn_normal(detector: AnomalyDetector, obs: Observation, warmup_s: float) -
     detector.update_many(residual(obs)[steady & keeping_up])
 
 
+def superseded_note(after_s: float, by: str | None = None) -> str:
+    """Why a rescale's recovery was followed no further: the job was rescaled again first (what follows is the later
+    one's recovery). The loop and the recovery monitor say it in the same words."""
+    return f"superseded by the rescale {after_s:.0f} s after it{f' ({by})' if by else ''}, before it recovered"
+
+
 class RecoveryTracker:
     """Finds the end of recovery after one rescale, point by point.
 
