@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 from typing import Annotated, Any
 
-import pandas as pd
 import typer
 from rich.table import Table
 
@@ -28,6 +27,8 @@ def _epoch(option: str, text: str | None) -> float | None:
             return value
     except ValueError:
         pass
+    import pandas as pd  # here, not at the top: every command's start would pay for it
+
     try:
         stamp = pd.Timestamp(text)
     except ValueError:

@@ -27,10 +27,10 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import fsspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,6 +38,9 @@ import pyarrow.parquet as pq
 from daedalus.connectors.store import check_job_name
 from daedalus.models.errors import ValidationError
 from daedalus.models.types import Observation
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "COLUMNS",
@@ -209,6 +212,8 @@ class Lake:
         if len(jobs) == 1 and dates[0] == dates[1]:  # the usual case, one loop of one job: no grouping
             groups = [((jobs[0], dates[0]), np.arange(table.num_rows), epoch)]
         else:
+            import pandas as pd  # here, not at the top: the command line imports this module at its start
+
             frame = pd.DataFrame({"job": table.column("job").to_numpy(zero_copy_only=False), "epoch": epoch})
             frame["date"] = pd.to_datetime(epoch, unit="s", utc=True).strftime("%Y-%m-%d")
             groups = [(key, rows.index.to_numpy(), rows["epoch"].to_numpy())

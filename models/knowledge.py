@@ -7,7 +7,7 @@ release that knows its schema version, and inspected by hand.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from daedalus.models.capacity import CapacityModel
@@ -124,10 +124,10 @@ class Knowledge:
             "last_observation_end": self.last_observation_end,
             "pending": None if self.pending is None else asdict(self.pending),
             "watch": None if self.watch is None else {
-                **{k: v for k, v in asdict(self.watch).items() if k != "tracker"},
+                **{k: v for k, v in _shallow(self.watch).items() if k != "tracker"},
                 "tracker": self.watch.tracker.to_state(),
             },
-            "ledger": [asdict(e) for e in self.ledger],
+            "ledger": [_shallow(e) for e in self.ledger],
             "paused": self.paused,
             "quarantine": self.quarantine,
             "loops": self.loops,
@@ -180,6 +180,12 @@ class Knowledge:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise KnowledgeError(f"knowledge of schema {SCHEMA_VERSION} is incomplete: {exc!r}") from exc
+
+
+def _shallow(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as they are: the JSON `asdict` would give, without its deep copy of every value (with a
+    full ledger, most of the time a loop spends saving its knowledge)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def _optional(cls: type[Any], state: dict[str, Any] | None) -> Any:

@@ -405,6 +405,9 @@ class LocalFlink:
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": 1000, "restart-strategy.fixed-delay.delay": "1 s",
             "heartbeat.timeout": 15000, "heartbeat.interval": 2000,
+            # The TaskManagers start with the JobManager (start()): one that asks before the JobManager answers tries
+            # again a second later, not after the default 10 s.
+            "cluster.registration.error-delay": "1 s",
             "web.refresh-interval": 1000,  # the REST job view's cache (default 3 s) would exaggerate a downtime
             "metrics.reporter.prom.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
             "metrics.reporter.prom.port": str(self.metrics_ports[0]),
@@ -516,13 +519,13 @@ class LocalFlink:
     def start(self) -> None:
         self._write_config()
         self.jobmanager = self._spawn("jobmanager", 0)
-        self._wait(lambda: self.rest("GET", "/overview") is not None, "the JobManager's REST API")
         for slot in range(self.initial_taskmanagers):
             self.taskmanagers[slot] = self._spawn("taskmanager", slot)
-        self.wait_taskmanagers(self.initial_taskmanagers)
         if self._prometheus_factory is not None:
             self.prometheus_url = self._stack.enter_context(
                 self._prometheus_factory(self.workdir / "prometheus", self.scrape_targets, self.scrape_interval))
+        self._wait(lambda: self.rest("GET", "/overview") is not None, "the JobManager's REST API")
+        self.wait_taskmanagers(self.initial_taskmanagers)
         if self.mode == "reactive":
             write_json(self.state_file, {"taskmanagers": len(self.taskmanagers), "decision": None,
                                          "rest": self.rest_url, "max": self.max_taskmanagers, "running": True})

@@ -15,7 +15,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from daedalus.models.errors import WorkloadError
 
@@ -107,6 +106,8 @@ def _parse_rows(path: Path, rows: list[tuple[int, str]], sep: str, kind: str) ->
         lines.append(n)
     if not values:
         raise WorkloadError(f"{path}: no values, every sample is missing")
+    import pandas as pd  # here, not at the top: the command line imports this module at its start
+
     if kind == "date":
         stamps = pd.to_datetime(pd.Series(raw_keys), errors="coerce", format="mixed")
         bad = np.flatnonzero(stamps.isna().to_numpy())

@@ -45,6 +45,14 @@ def test_round_trip_is_exact():
     assert json.loads(k.to_bytes())["schema_version"] == 1
 
 
+def test_a_ledger_entry_is_stored_field_by_field_as_plain_json():
+    stored = json.loads(learned().to_bytes())["ledger"]
+    assert stored == [{"id": "j-1", "time": T0, "current": 2, "target": 3, "kind": "scale-out", "reasons": ["why"],
+                       "state": "proposed", "predicted_recovery_s": 45.0, "observed_recovery_s": None, "message": "",
+                       "history": [[T0, "proposed"]], "wall": None, "operator": None, "events": [], "verdict": None,
+                       "capacity_ratio": None, "held_until": None, "hold_ended": None}]
+
+
 @pytest.mark.parametrize("blob", [b"", b"{not json", b'{"schema_version": 99}', b'{"schema_version": 1}'])
 def test_unreadable_knowledge_raises_knowledge_error(blob):
     with pytest.raises(KnowledgeError):

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-import pandas as pd
 
 from daedalus.models.config import RESCALE_BUDGET, RESCALE_WINDOW_S
 
@@ -168,6 +167,8 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
                 raise ValueError(f"oracle: no schedule keeps the SLO by minute {m} even with free rescales")
         new_k = used + rescale
         bins = rounding(b / quantum - 1e-9)
+        import pandas as pd  # here, not at the top: the command line imports the policies at its start
+
         frame = pd.DataFrame({"n": target, "k": new_k, "bin": bins, "cost": c, "row": np.arange(len(c))})
         frame = frame.sort_values(["n", "k", "bin", "cost"], kind="stable").drop_duplicates(["n", "k", "bin"])
         best = frame.groupby(["n", "k"], sort=False)["cost"].cummin()
