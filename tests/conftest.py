@@ -119,6 +119,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 ENGINE_TESTS = ("tests/flink/test_flink_e2e.py", "tests/connectors/test_connectors_spark_e2e.py")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`-m engine` alone (the first step of `make test`) imports only the engine tests' modules: importing the 90
+    others only to deselect them cost that step about 10 s."""
+    if config.getoption("markexpr") != "engine" or not collection_path.name.startswith("test_"):
+        return None
+    where = collection_path.relative_to(config.rootpath).as_posix()
+    return True if collection_path.suffix == ".py" and not where.startswith(ENGINE_TESTS) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(str(config.rootpath))
     for item in items:
@@ -138,22 +147,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """`--dist loadscope` with the pipeline's modules as one unit: they share one Spark session and one Prefect
-    harness (session fixtures), which each worker would otherwise start for itself (20–50 CPU-s apiece)."""
+    """`--dist loadscope` with the modules of `SHARED_SESSIONS` as one unit: they share one Spark session and one
+    Prefect harness (session fixtures), which each worker would otherwise start for itself (20–50 CPU-s apiece)."""
     if config.getoption("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedSessions(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return SHARED_SESSIONS if nodeid.startswith(SHARED_SESSIONS) else super()._split_scope(nodeid)
+            return "shared-sessions" if nodeid.startswith(SHARED_SESSIONS) else super()._split_scope(nodeid)
 
     return SharedSessions(config, log)
 
 
-SHARED_SESSIONS = "tests/pipeline/"
+# The pipeline's modules (Spark and the harness) and the short ones that use the harness; the fault injection (about
+# 3 minutes) uses it too but would make the unit the run's end.
+SHARED_SESSIONS = ("tests/pipeline/", "tests/test_flow.py", "tests/cli/test_cli_step.py",
+                   "tests/connectors/test_connectors_prometheus_auth.py")
 
 # The units of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;
 # the user's Spark job is submitted three times and drained; the pipeline's modules, one unit, take about 4 minutes:
 # handed out among the last, they were the likely end of a run whose last 2½ minutes left the cores 35–65 % idle).
-LONGEST = ("tests/ops/test_ops_prefect.py", "tests/connectors/test_connectors_spark_user_job_e2e.py", SHARED_SESSIONS)
+LONGEST = ("tests/ops/test_ops_prefect.py", "tests/connectors/test_connectors_spark_user_job_e2e.py", *SHARED_SESSIONS)
