@@ -183,8 +183,8 @@ class Knowledge:
 
 
 def _shallow(obj: Any) -> dict[str, Any]:
-    """A dataclass's fields as they are: the JSON `asdict` would give, without its deep copy of every value (with a
-    full ledger, most of the time a loop spends saving its knowledge)."""
+    """A dataclass's fields as they are: the JSON `asdict` would give, without its deep copy of every value, paid on
+    every save for each of up to LEDGER_LIMIT entries."""
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
