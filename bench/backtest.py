@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from daedalus.bench.pipeline import BENCH_START, fleet_workloads
 from daedalus.connectors.lake import COMPACT_MIN_AGE_S, Lake, observation_table
+from daedalus.models import policies
 from daedalus.models.config import LoopConfig
-from daedalus.models.planning import policies
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator

@@ -1,6 +1,6 @@
 """`daedalus bench loop`: the cost of one MAPE-K iteration, and how many jobs one process serves per minute.
 
-Each job is a Simulator with its own Knowledge, driven through models.loop.iterate with the PLAIN phases (the
+Each job is a Simulator with its own Knowledge, driven through models.loop.iteration.iterate with the PLAIN phases (the
 task functions without Prefect), exactly as the simulation runner drives the Daedalus policy. Every simulated
 minute all N jobs advance by 60 s, then each runs one iteration. Two costs are recorded per iteration:
 
@@ -71,7 +71,7 @@ def _continue(template: _Job, seed: int) -> _Job:
 
 def _step(jobs: list[_Job], elapsed: float, loop_ms: list[tuple[float, float]], iter_ms: list[float]) -> float:
     """Advance every job one minute and run its iteration; returns the simulator's share in ms."""
-    from daedalus.models.loop import PLAIN, iterate
+    from daedalus.models.loop.iteration import PLAIN, iterate
 
     started = time.perf_counter()
     for job in jobs:

@@ -24,9 +24,9 @@ from daedalus.bench import runs as kept_runs
 from daedalus.bench.catalog import CDF_QUANTILES, POLICIES
 from daedalus.data import WORKLOAD_FOLDERS, WORKLOADS
 from daedalus.models.errors import WorkloadError
+from daedalus.models.forecast.steps import step_means
 from daedalus.models.planning.oracle import rescale_limit
-from daedalus.models.planning.policies.oracle import Oracle
-from daedalus.models.steps import step_means
+from daedalus.models.policies.oracle import Oracle
 
 PAPER = ("sine_60000_6h.csv", "sine_100000_6h.csv", "advertising_6h_400K_max.csv", "tm_6h_100K_max.csv")
 RECORDED = ("ads_workrate_1s.out", "cars_workrate_1s.out")
@@ -130,7 +130,7 @@ class Case:
 def run_case(case: Case, values: np.ndarray, max_scaleout: int, peak_utilization: float,
              loop_overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One simulated run, scored, with the series the figures need (a process-pool task)."""
-    from daedalus.models.planning import policies
+    from daedalus.models import policies
     from daedalus.sim.report import score
     from daedalus.sim.runner import run
     from daedalus.sim.scenario import scenario
@@ -430,8 +430,8 @@ def run_benchmark(
     `loop_overrides` change the Daedalus loop's settings (LoopConfig fields; the baselines have none); `runs_dir`
     keeps each run's result and reuses the baselines' and the oracle's while their key matches (bench.runs)."""
     from daedalus.bench.plot import plot_pareto, plot_workload
+    from daedalus.models import policies as registry
     from daedalus.models.config import LoopConfig
-    from daedalus.models.planning import policies as registry
     from daedalus.sim.report import SLO_S
     from daedalus.sim.simulator import SimConfig
 

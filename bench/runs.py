@@ -23,8 +23,8 @@ from daedalus.models.config import LoopConfig
 REUSABLE = ("static", "hpa-80", "hpa-85", "ds2", "flink-autoscaler", "oracle")
 LOOP_POLICIES = ("daedalus", "daedalus-paper")  # reused only while models/ and the loop settings are unchanged
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("sim/*.py", "bench/policies.py", "bench/runs.py", "models/types.py", "models/ports.py", "models/steps.py",
-           "models/planning/oracle.py", "models/planning/policies/*.py")
+SOURCES = ("sim/*.py", "bench/policies.py", "bench/runs.py", "models/types.py", "models/ports.py",
+           "models/forecast/steps.py", "models/planning/oracle.py", "models/policies/*.py")
 
 
 def key(policy: str, workload: str, seed: int, values: np.ndarray, max_scaleout: int, peak_utilization: float,

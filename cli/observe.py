@@ -75,8 +75,8 @@ def observe_job(spec: JobSpec, window_s: float, at: float | None) -> tuple[Obser
                                                                           dict[str, str]]:
     """Run the monitor phase once for a job of the jobs file, and the loop's validation on its result."""
     from daedalus.connectors.prometheus import PrometheusSource
-    from daedalus.models.loop import unavailable
-    from daedalus.models.validation import validate_observation
+    from daedalus.models.loop.monitor import unavailable
+    from daedalus.models.loop.validation import validate_observation
 
     job = spec.name
     if spec.engine == "sim":

@@ -22,10 +22,10 @@ from daedalus.cli import bench as cli_bench
 from daedalus.cli.common import console, fail, progress
 from daedalus.connectors import targets
 from daedalus.connectors.store import KnowledgeStore
+from daedalus.models import policies
 from daedalus.models.errors import DaedalusError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.planning import policies
-from daedalus.models.planning.policies.base import Policy, Step
+from daedalus.models.policies.base import Policy, Step
 from daedalus.models.ports import Target
 from daedalus.models.text import duration, number, percent
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 import fsspec
 
 from daedalus.connectors.store import DEFAULT_URL, check_job_name
-from daedalus.models.control import ControlMessage
+from daedalus.models.loop.messages import ControlMessage
 
 
 class Inbox:

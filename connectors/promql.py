@@ -179,8 +179,8 @@ _SPARK_READ = "spark_streaming_input_rows_total{${selector}}"
 _SPARK_BATCH = "spark_streaming_batch_seconds_total{${selector}}"
 # The backlog is read when a micro-batch is planned and published when it ends, a whole batch later: the lag is that
 # backlog plus what arrived since it was read (the workload's rate times its age), so a batch's rows, counted when it
-# ends, never exceed the lag before it plus the arrivals since (models/validation.py), and the planner sees the rows
-# waiting now. A listener without the age (an older `daedalus`) gives the backlog alone.
+# ends, never exceed the lag before it plus the arrivals since (models/loop/validation.py), and the planner sees
+# the rows waiting now. A listener without the age (an older `daedalus`) gives the backlog alone.
 _SPARK_BACKLOG = "sum(spark_streaming_source_backlog_rows{${selector}, topic=${source.topic}})"
 _SPARK_BACKLOG_TIME = "spark_streaming_source_backlog_time_seconds{${selector}}"
 

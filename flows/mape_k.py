@@ -1,7 +1,7 @@
 """The control loop: one MAPE-K iteration per flow run, over the job's persisted knowledge.
 
-The iteration itself is models.loop.iterate; here its phases are Prefect tasks, and the run loads and saves the
-knowledge, applies the inbox, publishes the dashboards and emits the events that start the background flows.
+The iteration itself is models.loop.iteration.iterate; here its phases are Prefect tasks, and the run loads and
+saves the knowledge, applies the inbox, publishes the dashboards and emits the events that start the background flows.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
 from daedalus.connectors.switches import stop_reason
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import Iteration, Phases, iterate
+from daedalus.models.loop.iteration import Iteration, Phases, iterate
 from daedalus.models.ports import Target
 from daedalus.tasks.analyze import analyze
 from daedalus.tasks.approval import close_approval_runs, request_approval

@@ -76,8 +76,8 @@ class Knowledge:
     quarantine: str | None = None
     loops: int = 0
     override: Override | None = None  # an operator's manual scale the loop keeps for now
-    # Rescale verification (models/verify.py): the executed rescale awaiting its verdict, the ceiling an ineffective
-    # scale-out left, the stage last seen limiting the job. Absent from versions stored before it: None.
+    # Rescale verification (models/loop/verify.py): the executed rescale awaiting its verdict, the ceiling an
+    # ineffective scale-out left, the stage last seen limiting the job. Absent from versions stored before it: None.
     verification: PendingVerification | None = None
     ceiling: Ceiling | None = None
     bottleneck: Bottleneck | None = None

@@ -1,7 +1,10 @@
 """What a control loop talks to, behind narrow protocols: a metrics source, a scaler and a clock.
 
+Time is a parameter: models take `now`; flows get it from a clock (connectors.clock in production, the simulated
+job's own clock in simulation), so six simulated hours run in seconds through the same code.
+
 Prometheus, Kubernetes, Flink REST and the embedded simulator implement the same protocols, so the loop body
-(models/loop.py) never knows which one it drives.
+(models/loop/) never knows which one it drives.
 """
 
 from __future__ import annotations
@@ -9,9 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from daedalus.models.clock import Clock
 from daedalus.models.config import LoopConfig
 from daedalus.models.types import Observation
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Epoch seconds."""
+        ...
 
 
 class MetricsSource(Protocol):

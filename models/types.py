@@ -175,8 +175,8 @@ class LedgerEntry:
     # effective", "ineffective"; None until judged (and in entries stored before verification existed).
     verdict: str | None = None
     capacity_ratio: float | None = None  # observed / predicted capacity at the target, with the verdict
-    # An operator's manual scale that the loop keeps (models/control.py): until when, as promised (wall clock), and
-    # when the hold ended (a loop saw its time was up, an approval lifted it or another manual scale replaced it).
+    # An operator's manual scale that the loop keeps (models/loop/messages.py): until when, as promised (wall clock),
+    # and when the hold ended (a loop saw its time was up, an approval lifted it or another manual scale replaced it).
     held_until: float | None = None
     hold_ended: float | None = None
 

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from daedalus.models import policies
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ValidationError
 from daedalus.models.forecast.forecaster import Forecaster
-from daedalus.models.planning import policies
 from daedalus.models.text import utc
 from daedalus.models.types import Observation
 from daedalus.sim.report import score

@@ -14,7 +14,7 @@ import numpy as np
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.planning.policies.base import Policy, Step
+from daedalus.models.policies.base import Policy, Step
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, SimHistory, Simulator

@@ -1,9 +1,9 @@
 """Operator actions: the proposal an operator sees, and checking and posting an answer or a manual scale.
 
-The loop never blocks on an operator. In `approve` mode it records a proposal (models/execute.py) and starts an
+The loop never blocks on an operator. In `approve` mode it records a proposal (models/loop/execute.py) and starts an
 `approve-scale` flow run, which suspends itself waiting for an answer from the Prefect UI (a form with the job's
 limits) or from `daedalus approve|reject`. The answer is checked against the job's knowledge (read, never
-written) and posted to the job's inbox; the loop's next run applies it (models/control.py checks again).
+written) and posted to the job's inbox; the loop's next run applies it (models/loop/messages.py checks again).
 An unanswered proposal expires: the suspended run times out and the loop drops the proposal, nothing happens.
 `scale-job` posts a manual action the same way, refused outside the job's limits. The flows are in
 flows/approval.py; the kill switch and blackout windows in connectors/switches.py.
@@ -22,13 +22,13 @@ from daedalus.connectors.clock import WALL
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import KnowledgeStore
-from daedalus.models.control import check_scaleout
 from daedalus.models.errors import DaedalusError
+from daedalus.models.loop.messages import check_scaleout
 from daedalus.models.text import capacity_source, duration, utc
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
-    from daedalus.models.loop import Iteration
+    from daedalus.models.loop.iteration import Iteration
 
 APPROVE_DEPLOYMENT = "approve-scale/approve-scale"
 

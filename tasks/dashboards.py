@@ -27,13 +27,13 @@ from prefect.cache_policies import NO_CACHE
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
 from daedalus.models.forecast import wape
-from daedalus.models.steps import step_means
+from daedalus.models.forecast.steps import step_means
 from daedalus.models.text import duration, number, percent, utc
 from daedalus.tasks.publish import artifact_key, horizon, publish
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
-    from daedalus.models.loop import Iteration
+    from daedalus.models.loop.iteration import Iteration
     from daedalus.models.types import Forecast, LedgerEntry
 
 PLOT_EVERY = 5  # loops between forecast plots (and after every action)

@@ -29,7 +29,6 @@ from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
 from daedalus.connectors.store import KnowledgeStore
-from daedalus.models.control import ControlMessage
 from daedalus.models.expectations import (
     STEP_COLUMNS,
     Check,
@@ -40,6 +39,7 @@ from daedalus.models.expectations import (
     ValidationReport,
     checks,
 )
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.tasks.approval import Refused
 from daedalus.tasks.publish import artifact_key
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from daedalus.models.analyze import analyze
 from daedalus.models.config import LoopConfig
-from daedalus.models.execute import apply
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.analyze import analyze
+from daedalus.models.loop.execute import apply
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.types import Decision
 from daedalus.sim.simulator import SimConfig, Simulator
 from tests.helpers import T0, observation, simulated_target

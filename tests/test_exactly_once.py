@@ -9,7 +9,7 @@ import pytest
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator

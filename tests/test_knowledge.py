@@ -11,9 +11,9 @@ import pytest
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import apply_messages
 from daedalus.models.errors import ConfigurationError, KnowledgeError
 from daedalus.models.knowledge import Knowledge, Proposal
+from daedalus.models.loop.messages import apply_messages
 from daedalus.models.types import LedgerEntry
 from tests.helpers import T0, observation
 
@@ -102,7 +102,7 @@ def test_inbox_messages_are_applied_once_and_refused_outside_limits(tmp_path):
 
 def test_expired_approval_is_refused():
     k = learned()
-    from daedalus.models.control import ControlMessage
+    from daedalus.models.loop.messages import ControlMessage
 
     msg = ControlMessage("m", "j", "approve", T0 + 700, {"proposal": "j-1"})
     applied = apply_messages(k, [msg], LoopConfig(), current=2, now=T0 + 700)

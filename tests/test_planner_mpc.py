@@ -331,7 +331,7 @@ def test_a_scale_out_the_latency_needs_is_never_refused_for_the_rescale_budget()
 
 def test_the_loop_counts_the_rescales_executed_in_the_last_six_hours():
     from daedalus.models.knowledge import Knowledge
-    from daedalus.models.loop import plan as loop_plan
+    from daedalus.models.loop.plan import plan as loop_plan
     from daedalus.models.types import LedgerEntry
 
     cfg = replace(CFG, rescale_budget=18)

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from daedalus.models import state, stats, steps
+from daedalus.models import stats
 from daedalus.models.capacity import OnlineRegression, regression
 from daedalus.models.capacity import model as capacity
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast import fallback as forecast_fallback
 from daedalus.models.forecast import score as wape
+from daedalus.models.forecast import steps
 from daedalus.models.forecast import window as forecast_window
 from daedalus.models.recovery import anomaly
 from daedalus.models.recovery import detector as anomaly_detector
@@ -48,7 +49,7 @@ def _assert_matches_batch(reg: OnlineRegression, x: np.ndarray, y: np.ndarray, r
 
 
 def test_doctests() -> None:
-    for module in (stats, regression, state, steps, capacity, anomaly_detector, anomaly, wape, forecast_window,
+    for module in (stats, regression, steps, capacity, anomaly_detector, anomaly, wape, forecast_window,
                    forecast_fallback):
         result = doctest.testmod(module, raise_on_error=False)
         assert result.attempted > 0, module.__name__

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from daedalus.models.validation import validate_observation
+from daedalus.models.loop.validation import validate_observation
 from tests.helpers import T0, observation
 
 NOW = T0 + 61

@@ -17,9 +17,9 @@ from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.capacity import verification as v
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, Iteration, iterate
+from daedalus.models.loop.iteration import PLAIN, Iteration, iterate
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.models.planning import planner
 from daedalus.models.types import StageLoad
 from daedalus.runtime.exporter import StoreCollector

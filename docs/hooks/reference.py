@@ -41,8 +41,9 @@ EXAMPLE_JOBS = ROOT / "docs" / "examples" / "jobs.yaml"
 API_PAGES = {  # page → (room, title, intro)
     "reference/models.md": ("models", "Python API: `daedalus.models`",
                             "The mathematics, pure and deterministic: no Prefect, no I/O, no wall clock. Every "
-                            "module of `models/` and of its sub-rooms named for the paper's parts (`capacity/`, "
-                            "`forecast/`, `recovery/`, `planning/` with the policies), from its source; open "
+                            "module of `models/`, of its sub-rooms named for the paper's parts (`capacity/`, "
+                            "`forecast/`, `recovery/`, `planning/`), of the loop's (`loop/`) and of the policies "
+                            "that wrap it (`policies/`), from its source; open "
                             "*Source code* under an entry to read the implementation."),
     "reference/flows.md": ("flows", "Python API: `daedalus.flows`",
                            "The Prefect flows: the control loop, approval and manual scaling, the background flows "

@@ -63,8 +63,7 @@ import numpy as np
 
 from daedalus.models.capacity.regression import OnlineRegression
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.state import require_keys
-from daedalus.models.stats import RunningMean
+from daedalus.models.stats import RunningMean, require_keys
 from daedalus.models.types import Observation
 
 __all__ = ["CapacityModel"]

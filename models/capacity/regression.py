@@ -15,8 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Self
 
-from daedalus.models.state import finite, finite_batch
-from daedalus.models.stats import RunningVariance, combined, read_moments
+from daedalus.models.stats import RunningVariance, combined, finite, finite_batch, read_moments
 
 __all__ = ["OnlineRegression"]
 

@@ -1,7 +1,7 @@
 """The forecaster's history: per-second workload folded into a bounded ring of step means.
 
 A step is `step_s` seconds of the clock (it starts at a multiple of `step_s`); its mean is over the finite
-seconds that arrived (``daedalus.models.steps``). A step still arriving carries over to the next chunk, a step
+seconds that arrived (``daedalus.models.forecast.steps``). A step still arriving carries over to the next chunk, a step
 without any data is NaN (the Kalman filter skips it), and the ring keeps the newest `size` steps, so the
 model's cost per loop stays bounded however long the job runs. Pure.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from daedalus.models.steps import step_sums
+from daedalus.models.forecast.steps import step_sums
 
 __all__ = ["StepWindow"]
 

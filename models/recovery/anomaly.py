@@ -8,7 +8,7 @@ lies more than one standard deviation from the mean (k = 1). After a rescale, re
 series is normal again: here, at the first of ``consecutive`` normal points in a row (one normal
 point can be a crossing of the mean on the way from the downtime spike to the catch-up dip).
 
-One implementation serves the loop (``models/analyze.py``, an observation per loop, the tracker kept in
+One implementation serves the loop (``models/loop/analyze.py``, an observation per loop, the tracker kept in
 the knowledge) and the recovery-monitor flow (``tasks/recovery.py``, which only polls and sleeps):
 ``learn_normal`` teaches the detector, ``track_recovery`` feeds the samples after the rescale to a
 ``RecoveryTracker`` and reads the restart from the job's uptime, ``downtime_s`` turns it into the downtime.
@@ -30,7 +30,7 @@ import numpy as np
 from daedalus.models.capacity.model import BACKLOG_S
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.recovery.detector import AnomalyDetector
-from daedalus.models.state import number, numbers
+from daedalus.models.stats import number, numbers
 from daedalus.models.types import Observation
 
 __all__ = ["AnomalyDetector", "RecoveryTracker", "downtime_s", "learn_normal", "observed_recovery_time", "residual",

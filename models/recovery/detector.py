@@ -18,8 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from daedalus.models.errors import KnowledgeError
-from daedalus.models.state import numbers
-from daedalus.models.stats import RunningVariance
+from daedalus.models.stats import RunningVariance, numbers
 
 __all__ = ["NOISE_FLOOR", "AnomalyDetector"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daedalus.models.planning.policies.ds2 import DS2
+from daedalus.models.policies.ds2 import DS2
 
 IDLE = 0.085
 

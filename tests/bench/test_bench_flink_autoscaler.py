@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler, align
+from daedalus.models.policies.flink_autoscaler import FlinkAutoscaler, align
 
 IDLE = 0.085
 

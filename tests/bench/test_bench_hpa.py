@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daedalus.models.planning.policies.hpa import HPA, utilization
+from daedalus.models.policies.hpa import HPA, utilization
 
 
 def test_desired_is_ceil_of_current_times_ratio(obs):

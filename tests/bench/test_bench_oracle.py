@@ -81,7 +81,7 @@ def test_a_run_longer_than_six_hours_gets_no_more_than_18_rescales():
 
 
 def test_in_the_simulator_no_baseline_keeping_the_slo_is_cheaper(short_trace):
-    from daedalus.models.planning import policies
+    from daedalus.models import policies
     from daedalus.sim.report import score
     from daedalus.sim.runner import run
     from daedalus.sim.scenario import scenario

@@ -6,11 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from daedalus.cli.main import app
-from daedalus.models.planning import policies
-from daedalus.models.planning.policies.daedalus import Daedalus
-from daedalus.models.planning.policies.ds2 import DS2
-from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler
-from daedalus.models.planning.policies.hpa import HPA
+from daedalus.models import policies
+from daedalus.models.policies.daedalus import Daedalus
+from daedalus.models.policies.ds2 import DS2
+from daedalus.models.policies.flink_autoscaler import FlinkAutoscaler
+from daedalus.models.policies.hpa import HPA
 
 
 def test_names_and_instances():

@@ -9,7 +9,7 @@ from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator

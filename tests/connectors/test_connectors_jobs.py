@@ -12,7 +12,7 @@ from daedalus.connectors.spark_local import SparkLocalScaler
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.runtime.ports import free_port
 

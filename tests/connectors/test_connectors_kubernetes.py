@@ -13,8 +13,8 @@ from daedalus.connectors.jobs import parse_jobs
 from daedalus.connectors.kubernetes import KubernetesScaler
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError, ConnectorError
-from daedalus.models.execute import apply
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop.execute import apply
 from daedalus.models.types import Decision
 
 DEP = "/apis/apps/v1/namespaces/streaming/deployments/flink-taskmanager"

@@ -24,7 +24,7 @@ from daedalus.connectors.jobs import parse_jobs
 from daedalus.connectors.prometheus import PrometheusSource, _Budget
 from daedalus.connectors.promql import QuerySet
 from daedalus.models.errors import ConnectorError
-from daedalus.models.loop import observe_or_hold
+from daedalus.models.loop.monitor import observe_or_hold
 from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus
 

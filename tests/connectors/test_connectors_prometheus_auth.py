@@ -19,7 +19,7 @@ from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import KEYS, QuerySet
 from daedalus.connectors.settings import redact
 from daedalus.models.errors import ConfigurationError, ConnectorError
-from daedalus.models.loop import observe_or_hold
+from daedalus.models.loop.monitor import observe_or_hold
 
 T0 = (int(time.time()) - 3600) // 60 * 60
 SINCE, UNTIL = T0 + 60, T0 + 300

@@ -2,7 +2,7 @@
 
 The control loop monitoring through PromQL must decide as it does reading the simulator directly: two
 simulators with the same seed, one read directly, one through exporter → Prometheus → PrometheusSource, both
-driven through models.loop.iterate with the PLAIN phases over a simulated hour.
+driven through models.loop.iteration.iterate with the PLAIN phases over a simulated hour.
 
 The exporter is stepped by the test (not scraped on the wall clock): each simulated minute is queued with its
 simulated timestamps and taken by the next scrape (every 200 ms), and the loop waits until Prometheus holds
@@ -21,7 +21,7 @@ from connectors_support import IRATE_WORKLOAD, SELECTOR, TOPIC, needs_prometheus
 from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import QuerySet
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.runtime.prometheus import local_prometheus
 from daedalus.sim.exporter import SimExporter

@@ -4,7 +4,7 @@ with the new scaleout).
 
 The job reads files a feeder writes at the workload's rate; its progress metrics, published by the listener any
 Spark job adds (runtime/spark_progress.py), are scraped every second and read by the default Spark queries.
-The loop runs every 10 s through models.loop.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
+The loop runs every 10 s through models.loop.iteration.iterate (PLAIN phases) in `dry-run` mode, so the planner's own
 decisions are reported but not acted on; two operator scale messages (1 → 2, then 2 → 1) go through the
 same loop and its execute phase, so the test knows when the rescales happen. It checks that the loop's
 capacity estimates follow the measured throughput and that no row is lost or duplicated across rescales.
@@ -26,9 +26,9 @@ from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import QuerySet
 from daedalus.connectors.spark_local import SparkLocalScaler
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.models.ports import Target
 from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus

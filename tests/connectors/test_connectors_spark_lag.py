@@ -4,7 +4,7 @@ it ends, plus what arrived since (connectors/promql.py), on series backfilled wi
 The job runs 5 s micro-batches back to back, each reading everything there is when it is planned (no admission
 limit, so the backlog reads 0 at every batch's end); 1,000 rows arrive per second. A batch's 5,000 rows are counted
 when it ends, so the 4 s rate of rows read is above the arrivals on most steps while the backlog reads 0: with the
-backlog alone the per-step consistency check (models/validation.py) called that inconsistent (the user's Spark
+backlog alone the per-step consistency check (models/loop/validation.py) called that inconsistent (the user's Spark
 job's end-to-end test held on it). The rows waiting at second t are the backlog read at the start of the last batch
 that ended, plus 1,000 rows for every second since that start.
 """
@@ -19,7 +19,7 @@ from connectors_support import needs_prometheus
 
 from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import QuerySet
-from daedalus.models.validation import validate_observation
+from daedalus.models.loop.validation import validate_observation
 from daedalus.runtime.prometheus import local_prometheus
 
 T0 = (int(time.time()) - 7200) // 60 * 60  # two hours ago, on a minute

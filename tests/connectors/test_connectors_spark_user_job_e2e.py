@@ -28,9 +28,9 @@ from spark_user_support import SPARK_HOME, Broker, checkpointed, log_end, sink_o
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.spark_submit import SparkSubmitScaler, alive
 from daedalus.connectors.targets import build_target
-from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus
 

@@ -1,7 +1,7 @@
 """Soak: one job stepped 1,000 times under randomly injected faults (issue 11).
 
-The loop body (`models.loop.iterate`) runs in process with the real `KubernetesScaler` against the loopback API
-(tests/connectors/fake_kube.py) and the real `KnowledgeStore` as its journal, as the `mape-k` flow runs it: each
+The loop body (`models.loop.iteration.iterate`) runs in process with the real `KubernetesScaler` against the loopback
+API (tests/connectors/fake_kube.py) and the real `KnowledgeStore` as its journal, as the `mape-k` flow runs it: each
 iteration loads the newest readable version, iterates (the intent written through the journal, `store.save`, before
 the target is touched) and saves. The metrics come from a simulated job whose scale-out follows the Deployment.
 
@@ -39,7 +39,7 @@ from daedalus.connectors.kubernetes import KubernetesScaler
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.models.types import Observation
 from daedalus.sim.job import SimulatedJob

@@ -1,7 +1,7 @@
 """Faults on a real local Flink: a TaskManager killed mid-run, and a job that comes back under a new id.
 
-The loop (models.loop.iterate, plain phases, dry-run so it never rescales by itself) watches the job through a real
-Prometheus. When a TaskManager running the job is killed with SIGKILL, the job fails over and restarts on the
+The loop (models.loop.iteration.iterate, plain phases, dry-run so it never rescales by itself) watches the job through
+a real Prometheus. When a TaskManager running the job is killed with SIGKILL, the job fails over and restarts on the
 remaining TaskManagers: every loop in between holds (the job's series stop, then restart), none acts, and the
 loop's first sound observation comes after the job runs again. Then the job is cancelled and resubmitted under its
 name: `flink-rest` finds it again by name and rescales the new id. No JVM is left afterwards.
@@ -21,7 +21,7 @@ from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import QuerySet
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
 from daedalus.runtime.flink import JAVA_OPTS, LocalFlink, Trace, TraceExporter, TraceJob, outages
 from daedalus.runtime.prometheus import local_prometheus

@@ -17,8 +17,8 @@ from daedalus.connectors.jobs import parse_jobs
 from daedalus.connectors.targets import scaler as build_scaler
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError, ConnectorError
-from daedalus.models.execute import apply
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop.execute import apply
 from daedalus.models.types import Decision
 from daedalus.runtime.ports import free_port
 

@@ -1,5 +1,5 @@
 """Approvals, manual actions and kill switches, without a Prefect server: what is refused, what is posted, and
-what the loop then does with it (models/control.py applies the inbox)."""
+what the loop then does with it (models/loop/messages.py applies the inbox)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.connectors.switches import clear_kill_switch, kill_switch, set_kill_switch, stop_reason
-from daedalus.models.control import apply_messages
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
+from daedalus.models.loop.messages import apply_messages
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.scenario import scenario
@@ -170,7 +170,7 @@ def test_a_stopped_loop_decides_and_reports_but_never_acts():
     assert knowledge.last_action is None and knowledge.pending is None
     # An operator's action still applies.
     sim.advance(60)
-    from daedalus.models.control import ControlMessage
+    from daedalus.models.loop.messages import ControlMessage
 
     manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o"})
     it = iterate(target, knowledge, PLAIN, [manual], stop="blackout window 09:00–17:00 UTC")
@@ -238,7 +238,7 @@ def test_an_approval_timeout_is_wall_clock_time_whatever_the_jobs_speed():
 
 
 def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_executed():
-    from daedalus.models.control import ControlMessage
+    from daedalus.models.loop.messages import ControlMessage
 
     wall = _Wall(T0)
     target, sim = _approve_target(wall)

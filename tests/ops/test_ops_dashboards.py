@@ -8,7 +8,7 @@ import numpy as np
 
 from daedalus.connectors.status import read_status, write_json
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.text import percent
 from daedalus.models.types import Analysis, Decision, Forecast, LedgerEntry
 from daedalus.tasks.dashboards import (
@@ -136,7 +136,7 @@ def test_forecast_plot_and_status_from_real_iterations(tmp_path):
 
 def test_status_right_after_an_operators_action_shows_the_new_scale_out():
     # Issue 14 item 3: right after executing 6 → 10 the status still said "keep 6".
-    from daedalus.models.control import ControlMessage
+    from daedalus.models.loop.messages import ControlMessage
 
     target, sim = _sim_target()
     k = Knowledge.new("sim", target.config)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.iteration import PLAIN, iterate
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.scenario import scenario

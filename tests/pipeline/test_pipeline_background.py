@@ -11,12 +11,12 @@ from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.flows.mape_k import FORECAST_POOR, RESCALED, emit_loop_events
-from daedalus.models.analyze import total_throughput
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import apply_messages
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, iterate
+from daedalus.models.loop.analyze import total_throughput
+from daedalus.models.loop.iteration import PLAIN, iterate
+from daedalus.models.loop.messages import apply_messages
 from daedalus.models.ports import Target
 from daedalus.models.types import LedgerEntry
 from daedalus.sim.job import SimulatedJob

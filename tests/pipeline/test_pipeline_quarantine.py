@@ -11,7 +11,7 @@ from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, Iteration, iterate
+from daedalus.models.loop.iteration import PLAIN, Iteration, iterate
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import SimConfig, Simulator

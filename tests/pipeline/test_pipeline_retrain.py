@@ -13,9 +13,9 @@ from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.config import LoopConfig
-from daedalus.models.control import apply_messages
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop.messages import apply_messages
 from daedalus.tasks.retrain import HOLDOUT_S, backtest, step_means
 from tests.pipeline.conftest import T0, rows, write
 

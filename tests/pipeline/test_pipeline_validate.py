@@ -181,8 +181,8 @@ def test_the_flow_quarantines_failing_jobs_and_releases_one_that_passes_again(
         prefect_harness, spark, defect_lake, tmp_path) -> None:
     from daedalus.flows.pipeline import validate_metrics
     from daedalus.models.config import LoopConfig
-    from daedalus.models.control import apply_messages
     from daedalus.models.knowledge import Knowledge
+    from daedalus.models.loop.messages import apply_messages
     from daedalus.tasks.analyze import analyze
     from daedalus.tasks.plan import plan
     from tests.helpers import observation

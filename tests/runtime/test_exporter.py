@@ -24,9 +24,9 @@ import yaml
 from daedalus.connectors.status import STATUS, read_status, write_json
 from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.config import LoopConfig, Mode
-from daedalus.models.control import ControlMessage
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, Iteration, iterate
+from daedalus.models.loop.iteration import PLAIN, Iteration, iterate
+from daedalus.models.loop.messages import ControlMessage
 from daedalus.models.ports import Target
 from daedalus.runtime.exporter import STATES, MetricsServer, StoreCollector, reason_label
 from daedalus.runtime.ports import free_port

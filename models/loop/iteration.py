@@ -1,4 +1,4 @@
-"""The loop body: one MAPE-K iteration over the ports (metrics source, scaler, clock) and the job's knowledge.
+"""The iteration: one MAPE-K run over the ports (metrics source, scaler, clock) and the job's knowledge.
 
 Prefect-free: the `mape-k` flow runs it with its phases as Prefect tasks, the simulator and the benchmarks with
 the plain functions below (`PLAIN`). Either way the same code decides.
@@ -8,46 +8,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from daedalus.models import analyze as analysis
 from daedalus.models.capacity.verification import Bottleneck, Verification
-from daedalus.models.config import RESCALE_WINDOW_S, LoopConfig
-from daedalus.models.control import ControlMessage, apply_messages, hold, start_hold
 from daedalus.models.errors import ConnectorError
-from daedalus.models.execute import Journal, execute, reconcile
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.planning import planner
-from daedalus.models.ports import MetricsSource, Target
+from daedalus.models.loop.analyze import analyze
+from daedalus.models.loop.execute import Journal, execute, reconcile
+from daedalus.models.loop.messages import ControlMessage, apply_messages, hold, start_hold
+from daedalus.models.loop.monitor import agree, monitor, observe_or_hold
+from daedalus.models.loop.plan import plan
+from daedalus.models.loop.verify import expect, verify
+from daedalus.models.ports import Target
 from daedalus.models.text import utc
 from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
-from daedalus.models.verify import expect, verify
-
-
-def monitor(job: str, source: MetricsSource, since: float | None, until: float) -> Observation:
-    """Monitor: the job's metrics since the previous loop."""
-    return source.observe(job, since, until)
-
-
-def plan(cfg: LoopConfig, a: Analysis, knowledge: Knowledge, now: float) -> Decision:
-    """Plan: the configured planner and its guardrails, given what the knowledge remembers (the downtimes learned)."""
-    ctx = planner.PlanContext(
-        job=knowledge.job,
-        last_rescale=knowledge.last_rescale,
-        last_action=knowledge.last_action,
-        pending_proposal=None if knowledge.pending is None else knowledge.pending.id,
-        paused=knowledge.paused,
-        downtime_out_s=knowledge.downtime.out_s,
-        downtime_in_s=knowledge.downtime.in_s,
-        ceiling=None if knowledge.ceiling is None or not knowledge.ceiling.active(now) else (
-            knowledge.ceiling.scaleout, knowledge.ceiling.describe()),
-        recent_rescales=sum(e.state == "executed" and e.target != e.current and now - e.time < RESCALE_WINDOW_S
-                            for e in knowledge.ledger),
-    )
-    return planner.plan(cfg, a, ctx, now)
 
 
 @dataclass(frozen=True)
@@ -60,7 +35,7 @@ class Phases:
     execute: Callable[..., ScalingAction | None]
 
 
-PLAIN = Phases(monitor, analysis.analyze, plan, execute)
+PLAIN = Phases(monitor, analyze, plan, execute)
 
 
 @dataclass(frozen=True)
@@ -87,32 +62,6 @@ class Iteration:
                 "bottleneck_scalable": None if self.bottleneck is None else self.bottleneck.scalable}
 
 
-def unavailable(job: str, scaleout: int, reason: str) -> Observation:
-    """An empty observation that carries why nothing could be read: the loop holds on it."""
-    empty = np.array([], dtype=float)
-    return Observation(job=job, timestamps=empty, workload=empty, throughput={}, cpu={}, lag=empty,
-                       uptime_s=empty, scaleout=max(scaleout, 1), holds=(reason,))
-
-
-def observe_or_hold(job: str, source: MetricsSource, since: float | None, until: float, scaleout: int,
-                    call: Callable[..., Observation] = monitor) -> Observation:
-    """Run monitor; a source that still fails (after its retries) becomes a hold, never a crash."""
-    try:
-        return call(job, source, since, until)
-    except ConnectorError as exc:
-        return unavailable(job, scaleout, f"metrics unavailable: {exc}")
-
-
-def agree(obs: Observation, reported: int | None) -> Observation:
-    """Hold while the scale target and the metrics disagree on the scale-out (a rescale in progress, a failing
-    pod): acting on either number could undo a rescale or bypass the scale-in stabilisation."""
-    if reported is None or obs.timestamps.size == 0 or obs.scaleout == reported:
-        return obs
-    reason = (f"the scale target reports {reported} but the metrics show {obs.scaleout} workers "
-              "(a rescale in progress or a failing pod): holding until they agree")
-    return replace(obs, holds=(*obs.holds, reason))
-
-
 def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | None:
     """An unanswered proposal expires at its wall-clock deadline: nothing happens, and the loop may propose
     again. Returns the id of the proposal that expired."""
@@ -133,7 +82,7 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
     """Settle what a dead run left, apply the inbox, then monitor → analyze → verify → plan → execute, once.
 
     Verify judges the last executed rescale; when it bought nothing, its rollback is the decision, in place of the
-    plan's (``daedalus.models.verify``).
+    plan's (``daedalus.models.loop.verify``).
     An approved proposal or a manual action from the inbox is executed in place of the plan's decision;
     the plan is still made and reported. `stop` (kill switch for all jobs, blackout window) makes the plan's
     own action a dry run that names it; an operator's action still applies. `journal` writes the knowledge

@@ -13,7 +13,7 @@ import time
 
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.planning.oracle import Foresight, Plan, rescale_limit, solve
-from daedalus.models.planning.policies.base import Step
+from daedalus.models.policies.base import Step
 from daedalus.models.ports import Target
 
 MARGINS_S = (0.0, 3.0, 6.0, 10.0, 20.0, 40.0)  # latency margins tried in turn, seconds under the SLO

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from daedalus.models.config import LoopConfig
-from daedalus.models.planning.policies.base import Baseline, Policy, Static, Step
-from daedalus.models.planning.policies.daedalus import Daedalus
-from daedalus.models.planning.policies.ds2 import DS2
-from daedalus.models.planning.policies.flink_autoscaler import FlinkAutoscaler
-from daedalus.models.planning.policies.hpa import HPA
-from daedalus.models.planning.policies.oracle import Oracle
+from daedalus.models.policies.base import Baseline, Policy, Static, Step
+from daedalus.models.policies.daedalus import Daedalus
+from daedalus.models.policies.ds2 import DS2
+from daedalus.models.policies.flink_autoscaler import FlinkAutoscaler
+from daedalus.models.policies.hpa import HPA
+from daedalus.models.policies.oracle import Oracle
 
 __all__ = ["DS2", "HPA", "Baseline", "Daedalus", "FlinkAutoscaler", "Oracle", "Policy", "Static", "Step", "make",
            "names"]

@@ -1,6 +1,6 @@
 """Verify: judge the last executed rescale by the capacity it bought, and undo one that bought nothing.
 
-Runs every loop between analyze and plan (``daedalus.models.loop.iterate``); the mathematics is in
+Runs every loop between analyze and plan (``daedalus.models.loop.iteration.iterate``); the mathematics is in
 ``daedalus.models.capacity.verification``. Pure: it reads the observation and the analysis, updates the knowledge
 (the ledger's verdict, the ceiling, the bottleneck) and returns the rollback's decision, if there is one, which the
 loop executes in the job's mode in place of the planner's.

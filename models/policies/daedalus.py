@@ -1,4 +1,4 @@
-"""The Daedalus policy: the whole MAPE-K loop body (models.loop.iterate) over the policy's own knowledge.
+"""The Daedalus policy: the whole MAPE-K loop body (models.loop.iteration.iterate) over the policy's own knowledge.
 
 Background work of a deployment — the WAPE-triggered retraining and the periodic fleet retraining every
 `retrain_every_s` — is emulated after each step, outside the step's measured cost.
@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.loop import PLAIN, Iteration, iterate
-from daedalus.models.planning.policies.base import Step
+from daedalus.models.loop.iteration import PLAIN, Iteration, iterate
+from daedalus.models.policies.base import Step
 from daedalus.models.ports import Target
 
 

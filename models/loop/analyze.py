@@ -12,10 +12,10 @@ import numpy as np
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop.validation import validate_observation
 from daedalus.models.recovery import recovery_times
 from daedalus.models.recovery.anomaly import downtime_s, learn_normal, total_throughput, track_recovery
 from daedalus.models.types import Analysis, Observation
-from daedalus.models.validation import validate_observation
 
 __all__ = ["analyze", "follow_recovery", "total_throughput"]  # total_throughput: models.anomaly's
 

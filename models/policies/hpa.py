@@ -25,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from daedalus.models.planning.policies.base import Baseline
+from daedalus.models.policies.base import Baseline
 from daedalus.models.types import Observation
 
 

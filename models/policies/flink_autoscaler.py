@@ -43,7 +43,7 @@ from collections import deque
 
 import numpy as np
 
-from daedalus.models.planning.policies.ds2 import DS2
+from daedalus.models.policies.ds2 import DS2
 from daedalus.models.types import Observation
 
 KEY_GROUPS = 128  # Flink's default maximum parallelism for parallelism ≤ 128: the number of key groups
