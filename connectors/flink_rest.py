@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import requests
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential,
+)
 
+from daedalus.connectors.polling import poll
 from daedalus.connectors.settings import redact
 from daedalus.connectors.spark_local import read_json, write_json
 from daedalus.models.errors import ConfigurationError, ConnectorError
@@ -54,26 +62,24 @@ class FlinkRest:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(status, JSON body) of one request; retried on 5xx, timeouts and refused connections."""
-        for attempt in range(self.attempts):
-            try:
-                r = self._session.request(method, self.url + path, json=body, timeout=self.timeout_s)
-            except requests.RequestException as exc:
-                if attempt + 1 >= self.attempts:
-                    raise ConnectorError(f"Flink JobManager {self.shown} unreachable or timing out after "
-                                         f"{self.attempts} attempts ({type(exc).__name__}) on {method} {path}"
-                                         ) from None
-            else:
-                if r.status_code not in RETRY_STATUS:
-                    try:
-                        data = r.json() if r.content else {}
-                    except ValueError:
-                        data = {"errors": [r.text[:300]]}
-                    return r.status_code, data
-                if attempt + 1 >= self.attempts:
-                    raise ConnectorError(f"Flink JobManager {self.shown} answered HTTP {r.status_code} to {method} "
-                                         f"{path} {self.attempts} times: {_errors(r)}")
-            self._sleep(self.backoff_s * 2 ** attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        # The policy: `attempts` in all on a refused connection, a timeout or a 5xx, backing off from `backoff_s`
+        # (doubling); the last answer, or the last error, is what the caller gets.
+        policy = Retrying(retry=retry_if_exception_type(requests.RequestException)
+                          | retry_if_result(lambda r: r.status_code in RETRY_STATUS),
+                          stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=self.backoff_s),
+                          sleep=self._sleep, retry_error_callback=lambda rs: rs.outcome.result())  # type: ignore[union-attr]
+        try:
+            r = policy(self._session.request, method, self.url + path, json=body, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise ConnectorError(f"Flink JobManager {self.shown} unreachable or timing out after {self.attempts} "
+                                 f"attempts ({type(exc).__name__}) on {method} {path}") from None
+        if r.status_code in RETRY_STATUS:
+            raise ConnectorError(f"Flink JobManager {self.shown} answered HTTP {r.status_code} to {method} {path} "
+                                 f"{self.attempts} times: {_errors(r)}")
+        try:
+            return r.status_code, (r.json() if r.content else {})
+        except ValueError:
+            return r.status_code, {"errors": [r.text[:300]]}
 
     def get(self, path: str) -> Any:
         status, data = self.call("GET", path)
@@ -180,18 +186,17 @@ class FlinkRestScaler:
         if status >= 400:
             raise ConnectorError(f"{where}: PUT resource-requirements (parallelism {before} → {target}) refused with "
                                  f"HTTP {status}: {_message(data)}")
-        pause, with_error = 0.25, None
-        while time.monotonic() - started < self.ready_timeout_s:
-            self._sleep(pause)
-            pause = min(2 * pause, 2.0)
+        def probe() -> tuple[bool, ConnectorError | None]:
             try:
                 now, running = self.rest.parallelism(self.rest.job_id(self.job_name))
-                with_error = None
             except ConnectorError as exc:  # restarting: the job may briefly not answer
-                now, running, with_error = -1, False, exc
-            if running and now == target:
-                return (f"set the resource requirements of {where} to parallelism {before} → {target} (decision "
-                        f"{decision_id}); running at {target} after {time.monotonic() - started:.1f} s")
+                return False, exc
+            return running and now == target, None
+
+        ok, with_error = poll(probe, self.ready_timeout_s, self._sleep)
+        if ok:
+            return (f"set the resource requirements of {where} to parallelism {before} → {target} (decision "
+                    f"{decision_id}); running at {target} after {time.monotonic() - started:.1f} s")
         return (f"set the resource requirements of {where} to parallelism {before} → {target} (decision "
                 f"{decision_id}); not running at {target} within {self.ready_timeout_s:g} s"
                 + (f" (last: {with_error})" if with_error else ""))
@@ -242,21 +247,22 @@ class FlinkReactiveScaler:
         if dry_run:
             return f"dry run: would change the TaskManagers of the {where}: {before} → {target}"
         write_json(self.workdir / "control.json", {"taskmanagers": target, "decision": decision_id})
-        started, pause = time.monotonic(), 0.25
-        while time.monotonic() - started < self.ready_timeout_s:
-            self._sleep(pause)
-            pause = min(2 * pause, 2.0)
+        started = time.monotonic()
+
+        def probe() -> tuple[bool, None]:
             state = read_json(self.workdir / "state.json") or {}
             if state.get("decision") != decision_id:
-                continue
+                return False, None
             if state.get("error"):
                 raise ConnectorError(f"{where}: the cluster refused {before} → {target}: {state['error']}")
             try:
                 parallelism, running = rest.parallelism(rest.job_id(self.job_name))
             except ConnectorError:
-                continue
-            if running and parallelism == target:
-                return (f"{where}: {before} → {target} TaskManagers (decision {decision_id}); the job runs at "
-                        f"parallelism {target} after {time.monotonic() - started:.1f} s")
+                return False, None
+            return running and parallelism == target, None
+
+        if poll(probe, self.ready_timeout_s, self._sleep)[0]:
+            return (f"{where}: {before} → {target} TaskManagers (decision {decision_id}); the job runs at "
+                    f"parallelism {target} after {time.monotonic() - started:.1f} s")
         return (f"{where}: asked for {before} → {target} TaskManagers (decision {decision_id}); the job did not run "
                 f"at {target} within {self.ready_timeout_s:g} s")

@@ -34,6 +34,7 @@ import numpy as np
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from pydantic import Field, HttpUrl, field_validator, model_validator
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from urllib3.util import Retry, Timeout
 
 from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, STAGE_KEYS, STAGE_LABEL, WORKER_KEYS, QuerySet
@@ -82,6 +83,18 @@ def _grid(since: float | None, until: float, step: float) -> tuple[float, float]
 
 def _count(mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask))
+
+
+class _OutOfTime(Exception):
+    """The observation's deadline passed (or it gave up) before this query could be sent: not retried."""
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Connection errors, timeouts, and the HTTP statuses worth another try (RETRY_STATUS)."""
+    if isinstance(exc, requests.RequestException):
+        return True
+    status = _STATUS.match(str(exc)) if isinstance(exc, PrometheusApiClientException) else None
+    return status is not None and int(status.group(1)) in RETRY_STATUS
 
 
 @dataclass(frozen=True)
@@ -141,26 +154,29 @@ class PrometheusSource:
 
         Errors are raised `from None`: the HTTP library's own exception carries the URL unredacted.
         """
-        attempt = 0
-        while True:
+        def once() -> list[dict[str, Any]]:
             left = budget.left()
             if left <= 0 or budget.stop.is_set():
-                raise ConnectorError(self._too_slow([key]))
+                raise _OutOfTime
             timeout = min(self.timeout_s, left)
-            try:
-                return fn(query, *args, params={"timeout": f"{timeout:.3f}", **params}, timeout=Timeout(total=timeout))
-            except PrometheusApiClientException as exc:
-                status = _STATUS.match(str(exc))
-                if status is None or int(status.group(1)) not in RETRY_STATUS or attempt >= self.retries:
-                    raise ConnectorError(f"prometheus {self.url}: the {key} query failed ({self._scrub(str(exc))}); "
-                                         f"query: {query}") from None
-            except requests.RequestException as exc:
-                if attempt >= self.retries:
-                    raise ConnectorError(
-                        f"prometheus {self.url} unreachable or timing out after {self.retries} retries "
-                        f"({type(exc).__name__}: {self._scrub(str(exc))}); the {key} query was: {query}") from None
-            budget.stop.wait(min(self.backoff_s * 2 ** attempt, max(budget.left(), 0.0)))
-            attempt += 1
+            return fn(query, *args, params={"timeout": f"{timeout:.3f}", **params}, timeout=Timeout(total=timeout))
+
+        # The policy: `retries` more attempts on a connection error, a timeout or 429/5xx, backing off from
+        # `backoff_s` (doubling) but never past the budget; a budget's stop ends the backoff at once.
+        policy = Retrying(retry=retry_if_exception(_retryable), stop=stop_after_attempt(self.retries + 1),
+                          wait=lambda rs: min(self.backoff_s * 2 ** (rs.attempt_number - 1), max(budget.left(), 0.0)),
+                          sleep=budget.stop.wait, reraise=True)
+        try:
+            return policy(once)
+        except _OutOfTime:
+            raise ConnectorError(self._too_slow([key])) from None
+        except PrometheusApiClientException as exc:
+            raise ConnectorError(f"prometheus {self.url}: the {key} query failed ({self._scrub(str(exc))}); "
+                                 f"query: {query}") from None
+        except requests.RequestException as exc:
+            raise ConnectorError(
+                f"prometheus {self.url} unreachable or timing out after {self.retries} retries "
+                f"({type(exc).__name__}: {self._scrub(str(exc))}); the {key} query was: {query}") from None
 
     def _scrub(self, text: str) -> str:
         """An HTTP error's text without URL user-info and without any credential value this source sends."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daedalus.connectors.polling import poll
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
 if TYPE_CHECKING:
@@ -77,13 +78,14 @@ class SparkLocalScaler:
         if dry_run:
             return f"dry run: would restart the {where} from its checkpoint with parallelism {before} → {target}"
         write_json(self.workdir / "control.json", {"parallelism": target, "decision": decision_id})
-        started, pause = time.monotonic(), 0.2
-        while time.monotonic() - started < self.ready_timeout_s:
-            self._sleep(pause)
-            pause = min(2 * pause, 2.0)
+        started = time.monotonic()
+
+        def probe() -> tuple[bool, None]:
             state = self._state()
-            if state.get("decision") == decision_id and state.get("running"):
-                return (f"restarted the {where} from its checkpoint with parallelism {before} → {target} "
-                        f"(decision {decision_id}); running after {time.monotonic() - started:.1f} s")
+            return state.get("decision") == decision_id and bool(state.get("running")), None
+
+        if poll(probe, self.ready_timeout_s, self._sleep, first=0.2)[0]:
+            return (f"restarted the {where} from its checkpoint with parallelism {before} → {target} "
+                    f"(decision {decision_id}); running after {time.monotonic() - started:.1f} s")
         return (f"asked the {where} to restart with parallelism {before} → {target} (decision {decision_id}); "
                 f"not running again within {self.ready_timeout_s:g} s")

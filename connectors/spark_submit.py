@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daedalus.connectors.polling import poll
 from daedalus.connectors.spark_local import read_json, write_json
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
@@ -129,17 +130,16 @@ class SparkSubmitScaler:
 
     def wait_running(self, pid: int, timeout_s: float) -> bool:
         """Until a micro-batch of the application completed; False if it did not within timeout_s."""
-        started, pause = time.monotonic(), 0.2
-        while time.monotonic() - started < timeout_s:
+        def probe() -> tuple[bool, None]:
             if (self.folder / RUNNING).exists():
-                return True
+                return True, None
             if not alive(pid):
                 tail = (self.folder / LOG).read_text(errors="replace")[-1500:]
                 raise ConnectorError(f"spark-submit target {self.folder}: the application exited before its first "
                                      f"micro-batch; the end of {LOG}:\n{tail}")
-            self._sleep(pause)
-            pause = min(2 * pause, 2.0)
-        return False
+            return False, None
+
+        return poll(probe, timeout_s, self._sleep, first=0.2)[0]
 
     def stop(self) -> str:
         """Ask the application to stop (its listener stops the queries, between micro-batches when it can); past
@@ -149,8 +149,11 @@ class SparkSubmitScaler:
             return "not running"
         began = time.monotonic()
         (self.folder / STOP).write_text("")
-        while alive(pid) and time.monotonic() - began < self.stop_timeout_s:
-            self._sleep(0.2)
+
+        def gone() -> tuple[bool, None]:
+            return not alive(pid), None
+
+        poll(gone, self.stop_timeout_s, self._sleep, first=0.2, most=0.2)
         if not alive(pid):
             return f"stopped on request: exited {time.monotonic() - began:.1f} s after it"
         for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
@@ -158,10 +161,7 @@ class SparkSubmitScaler:
                 os.killpg(pid, sig)
             except ProcessLookupError:
                 break
-            waited = time.monotonic()
-            while alive(pid) and time.monotonic() - waited < grace:
-                self._sleep(0.2)
-            if not alive(pid):
+            if poll(gone, grace, self._sleep, first=0.2, most=0.2)[0]:
                 break
         return (f"did not exit within {self.stop_timeout_s:g} s of the stop request: terminated "
                 "(its queries resume from their checkpoints)")
