@@ -162,7 +162,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 # The pipeline's modules (Spark and the harness) and the short ones that use the harness; the fault injection (about
 # 3 minutes) uses it too but would make the unit the run's end.
-SHARED_SESSIONS = ("tests/pipeline/", "tests/test_flow.py", "tests/cli/test_cli_step.py",
+SHARED_SESSIONS = ("tests/pipeline/", "tests/flows/test_flow.py", "tests/cli/test_cli_step.py",
                    "tests/connectors/test_connectors_prometheus_auth.py")
 
 # The units of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;

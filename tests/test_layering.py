@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench", "cli")
-MAY_IMPORT = {  # ARCHITECTURE.md, "The house"
+MAY_IMPORT = {  # docs/design.md, "The rooms, and which may import which"
     "data": set(),
     "models": set(),
     "sim": {"models", "data"},

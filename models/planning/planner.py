@@ -5,7 +5,7 @@ Two planners decide inside the same guardrails, chosen by `LoopConfig.planner`:
 - `daedalus` (the default): model-predictive control over the forecast horizon (`daedalus.models.planning.mpc`);
 - `daedalus-paper`: the paper's Algorithm 1, unchanged (`algorithm_1` below).
 
-Algorithm 1, as ARCHITECTURE.md states it:
+Algorithm 1, as the paper states it (docs/design.md, "Algorithm 1 (plan)"):
 1. Within `recent_rescale_s` of the last rescale: keep the current scale-out if its capacity exceeds both the
    average workload of the last loop and the maximum forecast until the next loop.
 2. Else, for i = 1 … max: skip i unless C_i > average workload; skip if its predicted recovery time exceeds

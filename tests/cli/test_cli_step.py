@@ -20,7 +20,7 @@ def sim_jobs(tmp_path):
     path.write_text(yaml.safe_dump({"jobs": [
         {"name": "wc", "engine": "sim", "scale_target": {"kind": "sim", "name": "wc"}, "mode": "dry-run",
          # The paper's planner: its first decision is a scale-in. The model-predictive default keeps 12 for the
-         # sine's peak within its 30-minute horizon (tests/test_planner_mpc.py has its decisions).
+         # sine's peak within its 30-minute horizon (tests/models/test_planner_mpc.py has its decisions).
          "planner": "daedalus-paper", "sim": {"speedup": 60}},
     ]}))
     return path

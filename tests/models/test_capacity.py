@@ -93,7 +93,7 @@ def test_skew_aware_capacity_of_12_real_workers_at_full_load(cpu_name: str, thro
     estimate = model.capacity_current()
     error = estimate / observed_total - 1
     print(f"{cpu_name}: skew-aware estimate {estimate:,.0f}/s vs observed {observed_total:,.0f}/s: {error:+.2%}")
-    assert abs(error) < 0.05  # the paper: within 5 %; ARCHITECTURE.md: about 2 % above on data_skew
+    assert abs(error) < 0.05  # the paper: within 5 %; docs/design.md: 2.2 % above on data_skew
     assert model.workers == tuple(sorted(obs.cpu))
     assert model.ready and model.observed == {12: pytest.approx(estimate)}
     # the hot worker gets x_max = 1; the others stay proportional to it
@@ -142,7 +142,7 @@ def test_sine_workload_two_workers_linear_and_calibrated() -> None:
         reg = model.regression(worker)
         assert reg.r2 >= 0.99, (worker, reg.r2)
         assert 100_000 <= reg.predict(1.0) <= 125_000, (worker, reg.predict(1.0))
-        # CPU at zero throughput ≈ 0.085 (ARCHITECTURE.md): the line crosses y = 0 near there
+        # CPU at zero throughput ≈ 0.085 (the recordings, docs/start.md): the line crosses y = 0 near there
         assert 0.0 < -reg.intercept / reg.slope < 0.15
 
 

@@ -27,7 +27,7 @@ from daedalus.sim.simulator import SimConfig, Simulator
 from daedalus.tasks.dashboards import ledger_rows, status_record
 from tests.cli.cli_support import flat
 from tests.helpers import simulated_target
-from tests.test_planner import analysis
+from tests.models.test_planner import analysis
 
 
 def pending(current: int = 2, target: int = 4, before: float = 1000.0, predicted: float = 2000.0
