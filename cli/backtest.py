@@ -47,8 +47,9 @@ def _names(text: str | None) -> list[str]:
 
 def _table(rows: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=title)
-    for column in ("job", "policy", "worker-hours", "% of actual", "s over SLO", "rescales", "p95 latency"):
-        t.add_column(column, justify="left" if column in ("job", "policy") else "right")
+    # Headers wrap at their spaces and names fold, so that nothing is cut in an 80-column terminal.
+    for column in ("job", "policy", "worker hours", "% of actual", "s over SLO", "rescales", "p95 latency"):
+        t.add_column(column, justify="left" if column in ("job", "policy") else "right", overflow="fold")
     for r in rows:
         pct = "—" if r["pct_of_actual"] is None else f"{r['pct_of_actual']:.1f} %"
         t.add_row(r["job"], r["policy"], number(r["worker_hours"], digits=1), pct, number(r["seconds_over_slo"]),

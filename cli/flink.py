@@ -85,7 +85,7 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
     # The loop's own rhythm is compressed; what the machine does is not: downtime estimates, the checkpoint interval
     # and the latency objective stay physical seconds.
     durations = ("target_recovery_time", "recent_rescale_s", "grace_s", "scale_in_interval", "loop_interval_s",
-                 "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling_s")
+                 "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling")
     names = {f.name for f in dataclasses.fields(LoopConfig)}
     changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations
                                if k in names and getattr(base, k) is not None}
@@ -309,7 +309,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, end=end,
                       probe_capacity_1=round(capacity_1, 1), bottleneck_us=bottleneck_us,
                       bottleneck_rate=round(1e6 / bottleneck_us, 1) if bottleneck_us else None,
-                      **verification_report(loops, knowledge, found, cfg.ceiling_s))
+                      **verification_report(loops, knowledge, found, cfg.ceiling))
     report["wall_s"] = round(time.time() - wall0, 1)
     report["jvms_left"] = _jvms_left(flink)
     (out / "report.json").write_text(json.dumps(report, indent=2))

@@ -6,13 +6,14 @@ file, the job and the field. Durations accept seconds (`600`) or a unit (`600s`,
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, create_model, model_validator
 
 from daedalus.connectors.prometheus import PrometheusSettings
 from daedalus.connectors.settings import (
@@ -24,10 +25,31 @@ from daedalus.connectors.settings import (
     invalid,
 )
 from daedalus.connectors.sim_persistent import SimSettings
-from daedalus.models.config import LoopConfig, Mode, Planner
+from daedalus.models.config import JOBS_FILE, LoopConfig
 from daedalus.models.errors import ConfigurationError
 
 LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in models/config.py
+
+
+def _loop_settings() -> dict[str, Any]:
+    """The jobs file's loop settings, derived from LoopConfig's declarations (`in_jobs_file`): name, default, and the
+    type its kind reads (durations take "10m"; a None default stays allowed)."""
+    kinds: dict[str, Any] = {"duration": Duration, "duration ≥ 0": NonNegativeDuration, "count ≥ 1": int}
+    bounds: dict[str, dict[str, Any]] = {"count ≥ 1": {"ge": 1}}
+    hints = get_type_hints(LoopConfig)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(LoopConfig):
+        kind = f.metadata.get(JOBS_FILE)
+        if kind is None:
+            continue
+        read = hints[f.name] if kind == "choice" else kinds[kind]
+        out[f.name] = (read | None if f.default is None else read, Field(f.default, **bounds.get(kind, {})))
+    return out
+
+
+LoopSettings = create_model("LoopSettings", __base__=Strict, **_loop_settings())
+LoopSettings.__doc__ = "The loop's settings a jobs-file entry may set (models/config.py declares each once)."
+LOOP_KEYS: tuple[str, ...] = tuple(LoopSettings.model_fields)
 
 Engine = Literal["flink", "kafka-streams", "spark", "sim"]
 ENGINES: tuple[str, ...] = ("flink", "kafka-streams", "spark", "sim")
@@ -98,7 +120,7 @@ class Blackout(Strict):
         return t >= self.start or t < self.end
 
 
-class JobSpec(Strict):
+class JobSpec(LoopSettings):
     name: Rfc1123Label  # also a deployment's name, an artifact key and a store folder
     engine: Engine
     prometheus: PrometheusSettings | None = None
@@ -110,17 +132,6 @@ class JobSpec(Strict):
     worker_label: str = Field("pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     scale_target: ScaleTarget
     scaleout: ScaleOut = ScaleOut()
-    partitions: int | None = Field(LOOP.partitions, ge=1)
-    target_recovery_time: Duration = LOOP.target_recovery_time
-    checkpoint_interval: Duration = LOOP.checkpoint_interval
-    scale_in_interval: NonNegativeDuration | None = LOOP.scale_in_interval  # None: the planner's own
-    mode: Mode = LOOP.mode
-    approval_timeout: Duration = LOOP.approval_timeout
-    manual_hold: NonNegativeDuration = LOOP.manual_hold_s  # how long the loop keeps an operator's manual scale
-    planner: Planner = LOOP.planner
-    latency_slo: Duration = LOOP.latency_slo
-    # After an ineffective scale-out is rolled back, no scale-out above the rollback's target for this long
-    ceiling: Duration = LOOP.ceiling_s
     blackout: tuple[Blackout, ...] = ()
     sim: SimSettings | None = None
     store_url: str | None = None
@@ -157,21 +168,8 @@ class JobSpec(Strict):
         return self
 
     def loop_config(self) -> LoopConfig:
-        return LoopConfig(
-            min_scaleout=self.scaleout.min,
-            max_scaleout=self.scaleout.max,
-            max_step=self.scaleout.max_step,
-            partitions=self.partitions,
-            target_recovery_time=self.target_recovery_time,
-            checkpoint_interval=self.checkpoint_interval,
-            scale_in_interval=self.scale_in_interval,
-            mode=self.mode,
-            approval_timeout=self.approval_timeout,
-            manual_hold_s=self.manual_hold,
-            planner=self.planner,
-            latency_slo=self.latency_slo,
-            ceiling_s=self.ceiling,
-        )
+        return LoopConfig(min_scaleout=self.scaleout.min, max_scaleout=self.scaleout.max,
+                          max_step=self.scaleout.max_step, **{name: getattr(self, name) for name in LOOP_KEYS})
 
 
 class JobsFile(Strict):

@@ -3,7 +3,7 @@
 Master URL: `local[*]` by default (every core of this machine); a `spark://host:7077` or `k8s://https://…`
 cluster when the fleet outgrows one machine (cluster settings such as `spark.kubernetes.container.image` go
 in `conf`). The environment overrides the defaults: `DAEDALUS_SPARK_MASTER`, `DAEDALUS_SPARK_DRIVER_MEMORY`,
-`DAEDALUS_SPARK_SHUFFLE_PARTITIONS`.
+`DAEDALUS_SPARK_SHUFFLE_PARTITIONS`, `DAEDALUS_SPARK_LOG`.
 
 Traps handled here (see STACK.md): the Python workers must run this interpreter (`PYSPARK_PYTHON` is set to
 `sys.executable` before the session starts); `SPARK_LOCAL_IP=127.0.0.1` for a local master; adaptive
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daedalus.connectors.lake import COLUMNS as LAKE_COLUMNS
@@ -40,6 +42,9 @@ class SparkSettings:
     shuffle_partitions: int = 16  # partitions after a shuffle (groupBy job): a few per core
     ui: bool = False  # the Spark UI binds a port; off unless asked for
     conf: Mapping[str, str] = field(default_factory=dict)  # anything else, passed through
+    # Where the JVM and its Python workers write their own lines (start-up, warnings): a file, so that they never
+    # mix with a command's output; "" leaves them on the terminal.
+    log: str = ".daedalus/spark.log"
 
     def __post_init__(self) -> None:
         if not self.master.startswith(("local", "spark://", "k8s://", "yarn")):
@@ -71,6 +76,8 @@ class SparkSettings:
                     "DAEDALUS_SPARK_SHUFFLE_PARTITIONS must be an integer, got "
                     f"{env['DAEDALUS_SPARK_SHUFFLE_PARTITIONS']!r}"
                 ) from None
+        if "DAEDALUS_SPARK_LOG" in env:
+            values["log"] = env["DAEDALUS_SPARK_LOG"]
         if master is not None:
             values["master"] = master
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -128,9 +135,32 @@ def session(settings: SparkSettings | None = None) -> SparkSession:
     builder = SparkSession.builder.master(settings.master)
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _output_to(settings.log if SparkSession.getActiveSession() is None else ""):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def _output_to(log: str) -> Iterator[None]:
+    """While a JVM starts, the process's standard output and error (descriptors 1 and 2) are `log`: the JVM inherits
+    them and keeps writing there; this process gets its own back. "" changes nothing."""
+    if not log:
+        yield
+        return
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    try:
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        for fd, original in zip((1, 2), saved, strict=True):
+            os.dup2(original, fd)
+            os.close(original)
 
 
 def stop() -> None:

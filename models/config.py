@@ -1,12 +1,14 @@
 """Per-job control-loop settings, each declared once with its unit and default.
 
-The jobs file (deployments/) maps onto these; models only ever see these frozen values.
+The jobs file's loop settings are derived from these declarations (`connectors/jobs.py`): a field marked
+`in_jobs_file(kind)` is a key of a jobs-file entry, under the same name, with the same default; `kind` says how the
+file writes it. Models only ever see these frozen values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 Mode = Literal["auto", "approve", "dry-run"]
 Planner = Literal["daedalus", "daedalus-paper"]
@@ -17,6 +19,15 @@ RESCALE_WINDOW_S = 6 * 3600.0  # the window a rescale budget counts over (`LoopC
 RESCALE_BUDGET = 18  # … and the benchmark's (issue 22: at most 18 rescales in 6 hours, what the oracle is held to)
 
 
+JOBS_FILE = "jobs_file"  # the field metadata that makes a setting a jobs-file key; its value is the kind:
+JobsFileKind = Literal["duration", "duration ≥ 0", "count ≥ 1", "choice"]  # seconds or "10m"; a whole number; a name
+
+
+def in_jobs_file(default: Any, kind: JobsFileKind) -> Any:
+    """A LoopConfig default that a jobs-file entry may set, under the field's own name."""
+    return field(default=default, metadata={JOBS_FILE: kind})
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     """Settings of one job's MAPE-K loop (Algorithm 1 and its guardrails)."""
@@ -24,8 +35,9 @@ class LoopConfig:
     min_scaleout: int = 1
     max_scaleout: int = 12
     max_step: int | None = None  # largest change of scale-out in one action; None = unlimited
-    partitions: int | None = None  # round targets up to a divisor of the partitions (as Flink does)
-    target_recovery_time: float = 600.0  # recovery-time target (paper: 600 s)
+    # Round targets up to a divisor of the partitions (as Flink does).
+    partitions: int | None = in_jobs_file(None, "count ≥ 1")
+    target_recovery_time: float = in_jobs_file(600.0, "duration")  # recovery-time target (paper: 600 s)
     recent_rescale_s: float = 600.0  # Algorithm 1 line 1: "within 600 s of the last rescale"
     # No new action within 180 s of the previous one; the model-predictive planner's one exception is a scale-out
     # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planning/mpc.py).
@@ -34,30 +46,30 @@ class LoopConfig:
     # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off. None: the planner's own
     # (`scale_in_s`): 600 s for the model-predictive planner, whose schedules refuse a scale-in the forecast would
     # undo, 1,200 s for the paper's greedy one.
-    scale_in_interval: float | None = None
+    scale_in_interval: float | None = in_jobs_file(None, "duration ≥ 0")
     loop_interval_s: float = 60.0  # one iteration per minute
-    checkpoint_interval: float = 10.0
+    checkpoint_interval: float = in_jobs_file(10.0, "duration")
     warmup_s: float = 60.0  # samples this soon after a restart are not steady state
     downtime_out_s: float = 30.0  # initial downtime estimates, learned from observed recoveries
     downtime_in_s: float = 15.0
     max_recovery_s: float = 3600.0  # recovery predictions are searched up to this long
     stale_after_s: float = 180.0  # newest sample older than this → hold
     forecast_max_d: int = 2  # auto-ARIMA's largest order of differencing
-    mode: Mode = "auto"
-    approval_timeout: float = 600.0  # an unanswered approval expires after this
+    mode: Mode = in_jobs_file("auto", "choice")
+    approval_timeout: float = in_jobs_file(600.0, "duration")  # an unanswered approval expires after this
     # After an operator's manual scale the loop keeps that scale-out this long (wall-clock), in every mode: it
     # plans and reports but takes no action of its own, then plans again from where the operator left the job.
     # An approval needs no hold: it is the loop's own plan. 0: the next run may change it again.
-    manual_hold_s: float = 1800.0
+    manual_hold: float = in_jobs_file(1800.0, "duration ≥ 0")
     # Which planner decides inside the guardrails: "daedalus" plans over the forecast horizon (model-predictive,
     # models/planning/mpc.py), the default: on the benchmark (docs/benchmark-results.md) it keeps the 60 s latency SLO
     # on 19 of 21 workloads where the paper's planner keeps it on 12. "daedalus-paper" is the paper's Algorithm 1,
     # greedy minute by minute, kept so the difference stays measurable.
-    planner: Planner = "daedalus"
+    planner: Planner = in_jobs_file("daedalus", "choice")
     # The job's latency objective, seconds end to end. The planner never picks a schedule whose predicted latency
     # (downtime, replay and catch-up included) exceeds `latency_budget_share` × this, so forecast and capacity
     # errors have the rest; how fast a backlog must drain follows from it.
-    latency_slo: float = 60.0
+    latency_slo: float = in_jobs_file(60.0, "duration")
     latency_budget_share: float = 0.8
     # Worker-seconds one second of added end-to-end latency is worth, for every second of arrivals it delays:
     # the price the planner puts on a rescale's downtime and catch-up against the workers it saves.
@@ -93,7 +105,7 @@ class LoopConfig:
     verify_tolerance: float = 0.10
     # After an ineffective scale-out is rolled back, no scale-out above the rollback's target for this long (cleared
     # early when the bottleneck stage is seen to have room).
-    ceiling_s: float = 3600.0
+    ceiling: float = in_jobs_file(3600.0, "duration")
 
     def __post_init__(self) -> None:
         if self.min_scaleout < 1:

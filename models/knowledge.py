@@ -36,7 +36,7 @@ class Proposal:
 
 @dataclass
 class Override:
-    """An operator's manual scale, which the loop keeps for `LoopConfig.manual_hold_s`: until then it takes no
+    """An operator's manual scale, which the loop keeps for `LoopConfig.manual_hold`: until then it takes no
     action of its own (it still plans and reports), then it plans again from the scale-out the operator set."""
 
     decision_id: str

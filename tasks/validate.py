@@ -12,6 +12,7 @@ An operator's release of a quarantine (`post_release`) is posted here too, next 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -99,6 +100,9 @@ def _validators(settings: SuiteSettings) -> dict[str, Any]:
     import great_expectations.expectations as gxe
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # The INFO line of every ephemeral context (a temporary docs site) is not news to an operator; that module sets
+    # its own logger to INFO when imported, so it is quieted by name, after the import.
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_spark(name="daedalus-lake")

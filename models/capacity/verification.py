@@ -19,7 +19,7 @@ scale-out (the capacity model's estimate there, bounded by each stage's records 
 
 An ineffective scale-out is rolled back to the smallest scale-out that shows the same capacity within τ (observed
 there, else estimated), and a *ceiling* keeps the planner at or below that target for
-`ceiling_s`, cleared early once the bottleneck stage handles most of the ceiling's load with its busy share below
+`ceiling`, cleared early once the bottleneck stage handles most of the ceiling's load with its busy share below
 `BUSY_LIFTED`. An ineffective scale-in is rolled forward at once, to the scale-out it left; a rollback that proves
 too small so raises its own ceiling.
 

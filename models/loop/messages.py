@@ -200,17 +200,17 @@ def _entry_of(d: Decision, wall_now: float, operator: str) -> LedgerEntry:
 
 def start_hold(cfg: LoopConfig, k: Knowledge, applied: Applied, action: ScalingAction | None, now: float,
                wall_now: float) -> None:
-    """After a manual scale was executed, the loop keeps it for `cfg.manual_hold_s` (none when 0)."""
-    if not applied.manual or action is None or action.state != "executed" or cfg.manual_hold_s <= 0:
+    """After a manual scale was executed, the loop keeps it for `cfg.manual_hold` (none when 0)."""
+    if not applied.manual or action is None or action.state != "executed" or cfg.manual_hold <= 0:
         return
     entry = k.entry(action.decision_id)
     who = (entry.operator if entry is not None else None) or "an operator"
     _end_hold(k, wall_now)  # a manual scale replaces the one held before it
-    k.override = Override(action.decision_id, action.target, who, wall_now + cfg.manual_hold_s)
+    k.override = Override(action.decision_id, action.target, who, wall_now + cfg.manual_hold)
     if entry is not None:
         entry.held_until = k.override.until
         entry.history.append((now, f"held at {action.target} until {utc(k.override.until)}: the loop keeps "
-                                   f"a manual scale for {duration(cfg.manual_hold_s)} (manual_hold), then plans again"))
+                                   f"a manual scale for {duration(cfg.manual_hold)} (manual_hold), then plans again"))
 
 
 def _end_hold(k: Knowledge, wall_now: float) -> None:
@@ -235,7 +235,7 @@ def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float
             entry.history.append((now, "the hold ended: the loop plans again"))
         return d, f"the hold of {o.operator}'s manual scale to {o.scaleout} ended: the loop plans again"
     why = (f"held at {o.scaleout}: {o.operator} scaled by hand, so the loop takes no action of its own until "
-           f"{utc(o.until)} (manual_hold {duration(cfg.manual_hold_s)})")
+           f"{utc(o.until)} (manual_hold {duration(cfg.manual_hold)})")
     if not d.changes:
         return replace(d, reasons=(why, *d.reasons)), None
     plan = f"the plan, not taken: {d.kind} {d.current} → {d.target}"

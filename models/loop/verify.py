@@ -97,7 +97,7 @@ def _undo(cfg: LoopConfig, a: Analysis, k: Knowledge, result: v.Verification, no
     scaled_out = result.target > result.current
     if scaled_out:
         stage = k.bottleneck.stage if k.bottleneck is not None else None
-        k.ceiling = v.Ceiling(target, now + cfg.ceiling_s, result.observed, stage,
+        k.ceiling = v.Ceiling(target, now + cfg.ceiling, result.observed, stage,
                               f"scale-out {result.current} → {result.target} bought nothing ({result.evidence()})")
     elif k.ceiling is not None and k.ceiling.scaleout < target:  # the rollback went too far: its ceiling rises
         k.ceiling.scaleout = target
@@ -107,7 +107,7 @@ def _undo(cfg: LoopConfig, a: Analysis, k: Knowledge, result: v.Verification, no
     reasons = (result.describe(), f"{what}: {a.scaleout} → {target}, where the job showed the same capacity"
                if scaled_out else f"{what} at once: {a.scaleout} → {target}, the scale-out it left")
     if scaled_out:
-        reasons += (f"no scale-out above {target} for {cfg.ceiling_s:.0f} s (until the bottleneck has room)",)
+        reasons += (f"no scale-out above {target} for {cfg.ceiling:.0f} s (until the bottleneck has room)",)
     recovery = a.recovery_time(target)
     return Decision(id=f"{k.job}-{int(now)}", time=now, kind="scale-out" if target > a.scaleout else "scale-in",
                     current=a.scaleout, target=target, reasons=reasons,

@@ -38,6 +38,21 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
     assert not spec.blackout[0].contains(time(12, 0))
 
 
+def test_the_loop_settings_are_loopconfigs_own_names_and_defaults():
+    import dataclasses
+
+    from daedalus.connectors.jobs import JobSpec
+    from daedalus.models.config import JOBS_FILE, LoopConfig
+
+    declared = {f.name: f.default for f in dataclasses.fields(LoopConfig) if JOBS_FILE in f.metadata}
+    assert set(declared) == {"partitions", "target_recovery_time", "checkpoint_interval", "scale_in_interval", "mode",
+                             "approval_timeout", "manual_hold", "planner", "latency_slo", "ceiling"}
+    assert {name: JobSpec.model_fields[name].default for name in declared} == declared
+    spec = parse_jobs(job(manual_hold="2m", ceiling="20m", partitions=24, planner="daedalus-paper"), "j.yaml").jobs[0]
+    cfg = spec.loop_config()
+    assert (cfg.manual_hold, cfg.ceiling, cfg.partitions, cfg.planner) == (120.0, 1200.0, 24, "daedalus-paper")
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -51,6 +66,9 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
         (job(queries={"bogus": "up"}), "field queries.bogus: not a query the monitor uses"),
         (job(selector={"bad label": "x"}), "field selector"),
         (job(name="Bad_Name"), "field name: 'Bad_Name' must be a lowercase RFC 1123 label"),
+        (job(partitions=0), "field partitions: Input should be greater than or equal to 1"),
+        (job(manual_hold="-5m"), "field manual_hold"),
+        (job(rescale_price=10), "field rescale_price: Extra inputs are not permitted"),  # not a jobs-file setting
     ],
 )
 def test_each_error_names_file_job_and_field(data, expected):

@@ -241,7 +241,7 @@ def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_
     assert "ineffective" in rollback.decision.reasons[0] and "aggregate 100 % → 100 %" in rollback.decision.reasons[0]
     assert "1 subtask at scale-out" in rollback.decision.reasons[0]  # the stage named, and why it cannot scale
     assert k.ceiling is not None and (k.ceiling.stage, k.ceiling.scaleout) == ("aggregate", 2)  # tried again after
-    assert [e for e in executed if back[2] < e[2] < back[2] + cfg.ceiling_s] == []  # nothing in the ceiling's hour
+    assert [e for e in executed if back[2] < e[2] < back[2] + cfg.ceiling] == []  # nothing in the ceiling's hour
     assert k.entry(rollback.decision.id).verdict == "effective"  # the rollback lost nothing
     assert k.bottleneck is not None and k.bottleneck.stage == "aggregate" and not k.bottleneck.scalable
     assert math.isclose(sim.true_capacity(8), 1500.0)
@@ -313,7 +313,7 @@ def test_the_jobs_file_sets_the_ceiling_time() -> None:
 
     doc = {"jobs": [{"name": "j", "engine": "sim", "ceiling": "20m"}, {"name": "k", "engine": "sim"}]}
     jobs = parse_jobs(doc, "jobs.yaml")
-    assert jobs.job("j").loop_config().ceiling_s == 1200.0 and jobs.job("k").loop_config().ceiling_s == 3600.0
+    assert jobs.job("j").loop_config().ceiling == 1200.0 and jobs.job("k").loop_config().ceiling == 3600.0
 
 
 def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shape(bottlenecked) -> None:
@@ -330,7 +330,7 @@ def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shap
     back = next(it for it in its if it.verdict is not None and it.verdict.verdict == "ineffective")
     restart = out.time + 20.0  # the job RUNNING again after the ineffective scale-out, as the JobManager logged it
     report = json.loads(json.dumps(verification_report(loops, k, [Outage(out.time + 5.0, restart, restart + 1.0,
-                                                                         out.target)], CFG.ceiling_s)))
+                                                                         out.target)], CFG.ceiling)))
     assert report["bottleneck"] == "aggregate"
     rollback = report["rollbacks"][0]  # the first of the two hours' (the loop tries again after the ceiling's hour)
     assert len(report["rollbacks"]) == sum(e.verdict == "ineffective" for e in k.ledger)

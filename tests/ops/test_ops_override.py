@@ -2,7 +2,7 @@
 
 Every entry names who answered it and each of its events at its own wall-clock time ("proposed → approved by alice
 → executed"); after a manual scale or an approval the loop reports a decision from the scale-out the operator set;
-a manual scale holds for `manual_hold_s` (the job's clock) in every mode, then the loop plans again.
+a manual scale holds for `manual_hold` (the job's clock) in every mode, then the loop plans again.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_a_rejection_and_an_expiry_are_dated_when_they_happened():
 def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     wall = Wall(T0)
     target, sim = _target("auto", wall)
-    target.config = replace(target.config, manual_hold_s=600.0)
+    target.config = replace(target.config, manual_hold=600.0)
     k = Knowledge.new("sim", target.config)
     sim.advance(600)
     iterate(target, k, PLAIN)
@@ -188,7 +188,7 @@ def test_in_approve_mode_a_hold_proposes_nothing_until_it_ends():
 def test_no_hold_when_manual_hold_is_zero():
     wall = Wall(T0)
     target, sim = _target("auto", wall)
-    target.config = replace(target.config, manual_hold_s=0.0)
+    target.config = replace(target.config, manual_hold=0.0)
     k = Knowledge.new("sim", target.config)
     sim.advance(600)
     scale = ControlMessage("s-1", "sim", "scale", sim.now, {"scaleout": 10, "reason": "r", "operator": "carol"})

@@ -15,11 +15,12 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 @pytest.fixture(scope="session")
-def spark_settings():
+def spark_settings(tmp_path_factory: pytest.TempPathFactory):
     from daedalus.connectors.spark import SparkSettings
 
     return SparkSettings(master="local[2]", shuffle_partitions=4, driver_memory="1g",
-                         conf={"spark.driver.extraJavaOptions": SHORT_JVM})
+                         conf={"spark.driver.extraJavaOptions": SHORT_JVM},
+                         log=str(tmp_path_factory.mktemp("spark") / "spark.log"))
 
 
 @pytest.fixture(scope="session")

@@ -61,3 +61,22 @@ def test_an_empty_window_never_passes_and_says_where_the_lake_s_data_is() -> Non
     assert "the lake has no rows at all" in ValidationReport(t0, t0 + 900, ()).empty_reason()
     with pytest.raises(ValueError, match="transition_s"):
         SuiteSettings(transition_s=-1.0)
+
+
+def test_what_a_started_process_writes_goes_to_the_log_and_this_process_keeps_its_own(tmp_path, capfd):
+    import subprocess
+    import sys
+
+    from daedalus.connectors.spark import _output_to
+
+    log = tmp_path / "logs" / "spark.log"
+    with _output_to(str(log)):
+        script = "echo out-of-the-jvm; echo err-of-the-jvm >&2; sleep 0.3; echo later >&2"
+        child = subprocess.Popen(["sh", "-c", script])  # as a JVM: started inside, still writing after
+    print("ours")
+    print("ours too", file=sys.stderr)
+    child.wait()
+    out, err = capfd.readouterr()
+    assert (out, err) == ("ours\n", "ours too\n")  # the child's lines, the late one included, are not on the terminal
+    assert log.read_text().split() == ["out-of-the-jvm", "err-of-the-jvm", "later"]
+
