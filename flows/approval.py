@@ -22,7 +22,7 @@ from daedalus.tasks.approval import (
     post_answer,
     post_manual_scale,
 )
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 
 EXPIRY_MARGIN_S = 300  # the loop runs every minute; five of them to notice the expiry before the server does
 

@@ -26,7 +26,7 @@ from daedalus.models.errors import ValidationError
 from daedalus.models.knowledge import Knowledge
 from daedalus.tasks import recovery as recovery_tasks
 from daedalus.tasks import retrain as retrain_tasks
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 
 RECOVERY_WAIT_MAX_S = 1800.0  # a monitor waits for recovery at most this long
 RECOVERY_DEADLINE_S = RECOVERY_WAIT_MAX_S + 120.0  # Prefect fails a monitor still running then, whatever it waits on

@@ -21,11 +21,11 @@ from daedalus.models.loop.iteration import Iteration, Phases, iterate
 from daedalus.models.ports import Target
 from daedalus.tasks.analyze import analyze
 from daedalus.tasks.approval import close_approval_runs, request_approval
-from daedalus.tasks.dashboards import publish_dashboards
 from daedalus.tasks.execute import execute
 from daedalus.tasks.lake import record_history
 from daedalus.tasks.monitor import monitor
 from daedalus.tasks.plan import plan
+from daedalus.tasks.publish import publish
 
 
 def _retry_unless_given_up(task: Any, task_run: Any, state: Any) -> bool:
@@ -89,7 +89,7 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
         request_approval(it, knowledge, spec, store_url, jobs_file)
     # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
     try:
-        publish_dashboards(it, knowledge, store_url, target.config.mode, stop, version)
+        publish(it, knowledge, store_url, target.config.mode, stop, version)
     except Exception as exc:
         logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
                      type(exc).__name__, exc)

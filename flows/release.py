@@ -10,7 +10,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 from daedalus.tasks.validate import post_release
 
 

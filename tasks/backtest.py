@@ -30,7 +30,7 @@ from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.errors import ValidationError
 from daedalus.models.expectations import ValidationReport
 from daedalus.models.text import number
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 from daedalus.tasks.validate import validate
 
 if TYPE_CHECKING:

@@ -1,11 +1,12 @@
-"""Dashboards for the Prefect UI: per-job artifacts with stable keys (so the UI keeps their history) and fleet rows.
+"""Dashboards for the Prefect UI, rendered here from what the models computed: per-job artifacts with stable keys (so
+the UI keeps their history), the job's status record and the fleet rows.
 
-Each loop run publishes, in its one `publish` task, the decision artifact of tasks/publish.py, and with news
-(an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
+Each loop run publishes, in its one `publish` task (tasks/publish.py), the decision artifact of tasks/artifacts.py,
+and with news (an action, or every `PLOT_EVERY`th loop) its capacity and forecast artifacts and:
 - `ledger-<job>`: the scaling ledger, what became of each entry and who answered it, with predicted and observed
   recovery times (when the ledger changed), as markdown with a block per entry, whose lines wrap at the UI's width;
-- `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
-  markdown (the UI renders markdown images; a data: URI needs no file server).
+- `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE (models/forecast/versus.py),
+  as a PNG embedded in markdown (the UI renders markdown images; a data: URI needs no file server).
 It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
 (flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
 """
@@ -14,22 +15,22 @@ from __future__ import annotations
 
 import base64
 import io
-import math
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from prefect import task
-from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 
-from daedalus.connectors.clock import WALL
-from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
-from daedalus.models.forecast import wape
-from daedalus.models.forecast.steps import step_means
+from daedalus.connectors.status import read_status
+from daedalus.models.forecast.versus import (
+    FORECAST_STEP_S,
+    actual_steps,
+    matched_wape,
+    next_loop_forecast,
+    steps_of,
+)
 from daedalus.models.text import duration, number, percent, utc
-from daedalus.tasks.publish import artifact_key, horizon, publish
+from daedalus.tasks.artifacts import horizon
 
 if TYPE_CHECKING:
     from daedalus.models.knowledge import Knowledge
@@ -41,8 +42,6 @@ PLOT_EVERY = 5  # loops between forecast plots (and after every action)
 # simulation running loops back to back (the demo: 360 in a few minutes) would otherwise render and store a
 # 1,300 × 700 PNG every few seconds.
 NEWS_EVERY_S = 30.0
-FORECAST_STEP_S = 30  # forecasts are kept at the forecaster's step
-FORECAST_KEEP_S = 7200  # two hours of forecasts, like the forecaster's window
 STALE_AFTER_S = 180.0  # wall-clock seconds without a loop before a job counts as stale
 # Characters of a health line in the fleet table's cell, whose text never wraps: at 1,400 px the UI gives a table
 # about 850 px between its menu and its details panel, which a 31-character job name, the health, the scale-out, the
@@ -197,56 +196,6 @@ def verification_record(knowledge: Knowledge) -> dict[str, Any]:
 # --- forecast against actual ---------------------------------------------------------------------
 
 
-def steps_of(values: tuple[float, ...] | list[float], step: int = FORECAST_STEP_S) -> list[float]:
-    """Per-second values as means of whole steps."""
-    return [round(float(x), 1) for x in step_means(values, step)]
-
-
-def record_forecast(history: list[dict[str, Any]] | None, forecast: Forecast) -> list[dict[str, Any]]:
-    """The rolling record of forecasts, with this loop's appended and those older than two hours dropped."""
-    kept = [h for h in history or [] if h["start"] > forecast.start - FORECAST_KEEP_S and h["start"] < forecast.start]
-    if forecast.values:
-        kept.append({"start": forecast.start, "method": forecast.method, "values": steps_of(forecast.values)})
-    return kept
-
-
-def next_loop_forecast(history: list[dict[str, Any]], loop_s: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
-    """The forecasts each loop made for the time until the next loop, joined: what each decision relied on."""
-    ts: list[float] = []
-    ys: list[float] = []
-    for h in history:
-        n = max(1, round(loop_s / FORECAST_STEP_S))
-        for i, y in enumerate(h["values"][:n]):
-            ts.append(h["start"] + i * FORECAST_STEP_S)
-            ys.append(y)
-    return np.asarray(ts), np.asarray(ys)
-
-
-def actual_steps(knowledge: Knowledge) -> tuple[np.ndarray, np.ndarray]:
-    """What arrived: the forecaster's window of step means, with the start time of each step."""
-    f = knowledge.forecaster
-    y = f.window
-    if f.window_end is None or not len(y):
-        return np.array([]), np.array([])
-    t = f.window_end - f.step_s * np.arange(len(y) - 1, -1, -1)
-    return t, y
-
-
-def matched_wape(actual_t: np.ndarray, actual_y: np.ndarray, fc_t: np.ndarray, fc_y: np.ndarray) -> float | None:
-    """WAPE of the joined next-loop forecasts against the actual step that starts within half a step of each."""
-    ok = np.isfinite(actual_y)
-    at, ay = actual_t[ok], actual_y[ok]
-    if not len(at) or not len(fc_t):
-        return None
-    i = np.clip(np.searchsorted(at, fc_t), 1, len(at) - 1) if len(at) > 1 else np.zeros(len(fc_t), dtype=int)
-    nearest = np.where(np.abs(at[i - 1] - fc_t) <= np.abs(at[i] - fc_t), i - 1, i) if len(at) > 1 else i
-    close = np.abs(at[nearest] - fc_t) <= FORECAST_STEP_S / 2
-    if not close.any():
-        return None
-    w = wape(ay[nearest[close]], fc_y[close])
-    return float(w) if math.isfinite(w) else None
-
-
 def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], latest: Forecast
                  ) -> tuple[bytes, float | None]:
     """The plot (PNG bytes) and the WAPE of the joined next-loop forecasts shown on it."""
@@ -257,7 +206,7 @@ def forecast_png(job: str, knowledge: Knowledge, history: list[dict[str, Any]], 
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    at, ay = actual_steps(knowledge)
+    at, ay = actual_steps(knowledge.forecaster)
     ft, fy = next_loop_forecast(history)
     w = matched_wape(at, ay, ft, fy)
 
@@ -309,41 +258,6 @@ def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Foreca
             f"- WAPE of the previous forecast (decides ARIMA or the linear fallback): {prev}\n"
             f"- method now: {latest.method}; peak of the next {horizon(latest)}: {number(latest.peak, 'tuples/s')}\n\n"
             f"![forecast against actual](data:image/png;base64,{base64.b64encode(png).decode()})\n")
-
-
-# --- publishing ----------------------------------------------------------------------------------
-
-
-@task(name="publish", cache_policy=NO_CACHE)
-def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
-                       version: int | None) -> None:
-    """The decision artifact; status and forecast record; the other artifacts when there is news.
-
-    News is an action, or every `PLOT_EVERY`th loop, and not within `NEWS_EVERY_S` of the last news: with a
-    hundred jobs each artifact each minute would be the server's biggest write load.
-    """
-    job = knowledge.job
-    wall = WALL.now()
-    previous = read_status(store_url, job) or {}
-    news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
-        wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
-    publish(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
-    record = {**status_record(it, knowledge, mode, stop, wall),
-              "news_wall": wall if news else previous.get("news_wall")}
-    history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
-    write_json(store_url, job, FORECASTS, history)
-    write_json(store_url, job, STATUS, record)
-    if record["ledger"] and record["ledger"] != previous.get("ledger"):
-        create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
-                                 description=f"{job}: the scaling ledger, newest first: every rescale decided, "
-                                             "proposed or taken, what became of it and who answered it, predicted "
-                                             "against observed recovery")
-    if news:
-        png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
-        create_markdown_artifact(key=artifact_key("forecast-plot", job),
-                                 markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
-                                 description=f"{job}: the workload that arrived against what each loop forecast, "
-                                             "and the forecast's error (WAPE) per loop")
 
 
 # --- fleet ---------------------------------------------------------------------------------------

@@ -1,90 +1,62 @@
-"""Prefect artifacts for the UI, with stable keys per job so each report keeps its history.
-
-Written for the operator reading them at 1,400 px: what to act on first (the decision, the recommended
-scale-out), numbers with units and thousands separators, column names in words, and a description that says
-what each artifact is.
-"""
+"""Publish: the loop run's reports, one task — the decision artifact every run; the job's status and forecast
+record; with news, the capacity, forecast, ledger and forecast-plot artifacts (rendered by tasks/artifacts.py and
+tasks/dashboards.py)."""
 
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 
-from daedalus.models.text import capacity_source, duration, number, percent
-from daedalus.models.types import Analysis, Decision, Forecast, ScalingAction
+from daedalus.connectors.clock import WALL
+from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
+from daedalus.models.forecast.versus import record_forecast
+from daedalus.tasks.artifacts import artifact_key, decision_artifacts
+from daedalus.tasks.dashboards import (
+    NEWS_EVERY_S,
+    PLOT_EVERY,
+    forecast_plot_markdown,
+    forecast_png,
+    ledger_markdown,
+    ledger_rows,
+    status_record,
+    verification_lines,
+)
 
-HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
-
-
-def artifact_key(kind: str, job: str) -> str:
-    """Keys allow lowercase letters, digits and dashes only."""
-    return f"{kind}-{re.sub(r'[^a-z0-9-]+', '-', job.lower())}".strip("-")
-
-
-def horizon(f: Forecast) -> str:
-    """The forecast's horizon as people read it (`30 min`): one name for it in every artifact, plot and reason."""
-    return duration(len(f.values)) if f.values else "horizon (no forecast yet)"
-
-
-def capacity_rows(a: Analysis, recommended: int | None = None) -> list[dict[str, object]]:
-    """One row per scale-out, marked where the job is now and where the plan wants it."""
-    rows = []
-    loads = a.observed_load or (None,) * len(a.capacities)
-    for i, (c, obs, r, load) in enumerate(zip(a.capacities, a.observed, a.recovery_times, loads, strict=True),
-                                          start=1):
-        marks = [m for m, on in (("now", i == a.scaleout), ("recommended", i == recommended)) if on]
-        rows.append({
-            "scale-out": i,
-            "now / recommended": " and ".join(marks),
-            "capacity (tuples/s)": number(c),
-            "predicted recovery": duration(r),
-            "capacity from": capacity_source(obs, load),
-        })
-    return rows
+if TYPE_CHECKING:
+    from daedalus.models.knowledge import Knowledge
+    from daedalus.models.loop.iteration import Iteration
 
 
-def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
-                      verification: list[str] | None = None) -> str:
-    lines = [
-        f"# {job}: {HEADS[d.kind]} — {d.current} → {d.target}",
-        "",
-        f"- **recommended scale-out {d.target}** (now {d.current}); decision `{d.id}`",
-    ]
-    if action is not None:
-        lines.append(f"- action: **{action.state}** {action.message}")
-    lines += [
-        f"- workload {number(a.avg_workload, 'tuples/s')} on average over the last loop; consumer lag "
-        f"{number(a.lag, 'tuples')}",
-        f"- capacity now: {number(a.capacity(a.scaleout), 'tuples/s')} at scale-out {a.scaleout}; forecast peak "
-        f"of the next {horizon(a.forecast)} {number(a.forecast.peak, 'tuples/s')} ({a.forecast.method})",
-    ]
-    if d.predicted_recovery_s is not None:
-        lines.append(f"- predicted recovery after the rescale: {duration(d.predicted_recovery_s)}")
-    lines += [f"- {line}" for line in verification or ()]  # the bottleneck and the ceiling, where there are
-    if version is not None:
-        lines.append(f"- knowledge version {version}")
-    lines += ["", "## Reasons", *(f"1. {r}" for r in d.reasons or ("(none)",))]
-    return "\n".join(lines)
+@task(name="publish", cache_policy=NO_CACHE)
+def publish(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
+                       version: int | None) -> None:
+    """The decision artifact; status and forecast record; the other artifacts when there is news.
 
-
-def forecast_markdown(job: str, a: Analysis) -> str:
-    w = a.forecast.previous_wape
-    wape = "n/a (first forecast)" if w is None else percent(w)
-    return (f"# {job}: forecast\n\n- method: **{a.forecast.method}**\n- WAPE of the previous forecast: {wape}\n"
-            f"- peak of the next {horizon(a.forecast)}: {number(a.forecast.peak, 'tuples/s')}\n")
-
-
-def publish(job: str, a: Analysis, d: Decision, action: ScalingAction | None, version: int | None,
-            news: bool, verification: list[str] | None = None) -> None:
-    """The decision every loop; capacity and forecast only with news, which the caller's publish task judges."""
-    create_markdown_artifact(key=artifact_key("decision", job),
-                             markdown=decision_markdown(job, a, d, action, version, verification),
-                             description=f"{job}: the loop's last decision, {HEADS[d.kind].lower()} {d.current} → "
-                                         f"{d.target}, with every reason and what was done")
+    News is an action, or every `PLOT_EVERY`th loop, and not within `NEWS_EVERY_S` of the last news: with a
+    hundred jobs each artifact each minute would be the server's biggest write load.
+    """
+    job = knowledge.job
+    wall = WALL.now()
+    previous = read_status(store_url, job) or {}
+    news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
+        wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
+    decision_artifacts(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
+    record = {**status_record(it, knowledge, mode, stop, wall),
+              "news_wall": wall if news else previous.get("news_wall")}
+    history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
+    write_json(store_url, job, FORECASTS, history)
+    write_json(store_url, job, STATUS, record)
+    if record["ledger"] and record["ledger"] != previous.get("ledger"):
+        create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
+                                 description=f"{job}: the scaling ledger, newest first: every rescale decided, "
+                                             "proposed or taken, what became of it and who answered it, predicted "
+                                             "against observed recovery")
     if news:
-        create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a, d.target),
-                              description=f"{job}: capacity (tuples/s) and predicted recovery time at every "
-                                          f"scale-out; now {a.scaleout}, recommended {d.target}")
-        create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
-                                 description=f"{job}: how the workload forecast is made and how good it was")
+        png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
+        create_markdown_artifact(key=artifact_key("forecast-plot", job),
+                                 markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
+                                 description=f"{job}: the workload that arrived against what each loop forecast, "
+                                             "and the forecast's error (WAPE) per loop")

@@ -34,7 +34,7 @@ from daedalus.models.recovery.anomaly import (
     superseded_note,
     track_recovery,
 )
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 
 BASELINE_S = 600.0  # window before the rescale to learn normal operation from, when the knowledge has none
 

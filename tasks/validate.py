@@ -42,7 +42,7 @@ from daedalus.models.expectations import (
 )
 from daedalus.models.loop.messages import ControlMessage
 from daedalus.tasks.approval import Refused
-from daedalus.tasks.publish import artifact_key
+from daedalus.tasks.artifacts import artifact_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

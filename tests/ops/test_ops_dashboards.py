@@ -7,25 +7,21 @@ from dataclasses import replace
 import numpy as np
 
 from daedalus.connectors.status import read_status, write_json
+from daedalus.models.forecast.versus import FORECAST_KEEP_S, matched_wape, next_loop_forecast, record_forecast, steps_of
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.text import percent
 from daedalus.models.types import Analysis, Decision, Forecast, LedgerEntry
+from daedalus.tasks.artifacts import capacity_rows, decision_markdown, forecast_markdown
 from daedalus.tasks.dashboards import (
-    FORECAST_KEEP_S,
     LEDGER_REASON,
     fleet_rows,
     forecast_plot_markdown,
     forecast_png,
     health,
     ledger_rows,
-    matched_wape,
-    next_loop_forecast,
-    record_forecast,
     status_record,
-    steps_of,
 )
-from daedalus.tasks.publish import capacity_rows, decision_markdown, forecast_markdown
 from tests.ops.conftest import T0
 from tests.ops.test_ops_approval import _sim_target
 
@@ -154,7 +150,7 @@ def test_status_right_after_an_operators_action_shows_the_new_scale_out():
 
 def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_the_server(monkeypatch, tmp_path):
     # Issue 14 item 1: the demo runs 360 loops in minutes; each 5th rendered and stored a PNG.
-    from daedalus.tasks import dashboards
+    from daedalus.tasks import publish as publishing
 
     k, its, _ = _iterations(1)  # the first loop has news
     seen: list[bool] = []
@@ -164,13 +160,13 @@ def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_
         def now(self) -> float:
             return next(wall)
 
-    monkeypatch.setattr(dashboards, "WALL", Clock())
-    monkeypatch.setattr(dashboards, "publish", lambda *args: seen.append(args[5]))  # news
-    monkeypatch.setattr(dashboards, "create_markdown_artifact", lambda **kw: None)
+    monkeypatch.setattr(publishing, "WALL", Clock())
+    monkeypatch.setattr(publishing, "decision_artifacts", lambda *args: seen.append(args[5]))  # news
+    monkeypatch.setattr(publishing, "create_markdown_artifact", lambda **kw: None)
     store = str(tmp_path / "store")
     for _ in range(3):
         k.loops = 6  # a loop with news by the count (6 % PLOT_EVERY == 1)
-        dashboards.publish_dashboards.fn(its[-1], k, store, "auto", None, 1)
+        publishing.publish.fn(its[-1], k, store, "auto", None, 1)
     assert seen == [True, False, True]
     assert read_status(store, "sim")["news_wall"] == T0 + 40
 

@@ -217,8 +217,8 @@ def test_the_forecast_horizon_is_named_one_way_in_every_artifact(tmp_path):
     # Issue 25: "the next 15 minutes" in one artifact, "next 30 min" on the plot, "over 1800 s" in the reasons.
     from daedalus.connectors.jobs import load_jobs
     from daedalus.tasks.approval import approval_markdown, approval_request
+    from daedalus.tasks.artifacts import decision_markdown, forecast_markdown
     from daedalus.tasks.dashboards import forecast_plot_markdown
-    from daedalus.tasks.publish import decision_markdown, forecast_markdown
     from tests.ops.conftest import write_jobs
 
     wall = Wall(T0)

@@ -114,7 +114,7 @@ def _publish(store: str, jobs_file: Path) -> None:
     from prefect import flow
 
     from daedalus.flows.dashboards import fleet_overview
-    from daedalus.tasks.dashboards import publish_dashboards
+    from daedalus.tasks.publish import publish
 
     @flow(name="ui-check")
     def loop_run() -> None:
@@ -124,7 +124,7 @@ def _publish(store: str, jobs_file: Path) -> None:
                              events=[(T0 + 600, "proposed"), (T0 + 717, "approved by alice"),
                                      (T0 + 720, "executed")]))
         write_json(store, "sim", FORECASTS, history[:-1])
-        publish_dashboards(its[-1], k, store, "auto", None, 11)
+        publish(its[-1], k, store, "auto", None, 11)
 
     loop_run()
     now = WALL.now()
