@@ -282,7 +282,7 @@ def forecast(
     json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,
 ) -> None:
     """15-minute-horizon WAPE of the forecaster on each trace, against last value and seasonal naive."""
-    from daedalus.bench.models import forecast_markdown, run_forecast_bench
+    from daedalus.bench.estimates import forecast_markdown, run_forecast_bench
     from daedalus.bench.policies import load_all, resolve_workloads
 
     try:
@@ -304,7 +304,7 @@ def capacity(
     hours: Annotated[float, typer.Option(min=0.1, help="Simulated hours per run")] = 1.0,
 ) -> None:
     """Capacity estimate against the simulator's true capacity at each scale-out, with and without skew."""
-    from daedalus.bench.models import capacity_markdown, run_capacity_bench
+    from daedalus.bench.estimates import capacity_markdown, run_capacity_bench
 
     with progress("runs") as bars:
         bar = bars.add_task("capacity", total=2 * max_scaleout * seeds)

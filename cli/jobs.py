@@ -11,7 +11,7 @@ from rich.table import Table
 
 from daedalus.cli.common import Format, JobsFile, JobsFileArgument, Output, fail, one_jobs_file, print_json, show
 from daedalus.cli.settings import HOW, resolve
-from daedalus.connectors.settings import redact
+from daedalus.connectors.fields import redact
 from daedalus.models.errors import DaedalusError
 from daedalus.models.text import duration
 

@@ -27,8 +27,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from daedalus.connectors.fields import redact
 from daedalus.connectors.lake import DEFAULT_URL as DEFAULT_LAKE
-from daedalus.connectors.settings import redact
 from daedalus.connectors.store import DEFAULT_URL as DEFAULT_STORE
 from daedalus.models.errors import ConfigurationError
 

@@ -35,8 +35,8 @@ from tenacity import (
     wait_exponential,
 )
 
+from daedalus.connectors.fields import redact
 from daedalus.connectors.polling import poll
-from daedalus.connectors.settings import redact
 from daedalus.connectors.spark_local import read_json, write_json
 from daedalus.models.errors import ConfigurationError, ConnectorError
 

@@ -15,8 +15,7 @@ from typing import Any, Literal, get_type_hints
 import yaml
 from pydantic import Field, ValidationError, create_model, model_validator
 
-from daedalus.connectors.prometheus import PrometheusSettings
-from daedalus.connectors.settings import (
+from daedalus.connectors.fields import (
     Duration,
     NonNegativeDuration,
     Rfc1123Label,
@@ -24,6 +23,7 @@ from daedalus.connectors.settings import (
     Strict,
     invalid,
 )
+from daedalus.connectors.prometheus import PrometheusSettings
 from daedalus.connectors.sim_persistent import SimSettings
 from daedalus.models.config import JOBS_FILE, LoopConfig
 from daedalus.models.errors import ConfigurationError

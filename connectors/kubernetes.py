@@ -36,8 +36,8 @@ from tenacity import (
     wait_exponential,
 )
 
+from daedalus.connectors.fields import label_problem, subdomain_problem
 from daedalus.connectors.polling import poll
-from daedalus.connectors.settings import label_problem, subdomain_problem
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ from pydantic import Field, HttpUrl, field_validator, model_validator
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from urllib3.util import Retry, Timeout
 
+from daedalus.connectors.fields import BlockName, Duration, EnvName, Strict, invalid, redact, secret
 from daedalus.connectors.promql import CHECK_KEYS, JOB_KEYS, STAGE_KEYS, STAGE_LABEL, WORKER_KEYS, QuerySet
-from daedalus.connectors.settings import BlockName, Duration, EnvName, Strict, invalid, redact, secret
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation, StageLoad
 

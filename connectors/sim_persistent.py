@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 from pydantic import Field
 
-from daedalus.connectors.settings import Strict
+from daedalus.connectors.fields import Strict
 from daedalus.connectors.store import check_job_name
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation

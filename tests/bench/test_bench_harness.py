@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from daedalus.bench.estimates import capacity_at, forecast_trace
 from daedalus.bench.loop import run_loop_bench
-from daedalus.bench.models import capacity_at, forecast_trace
 from daedalus.bench.policies import Workload, resolve_workloads, run_benchmark
 from daedalus.cli.main import app
 from daedalus.models.errors import WorkloadError

@@ -14,10 +14,10 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from connectors_support import PASSWORD, USER, needs_prometheus, secured_prometheus
 
+from daedalus.connectors.fields import redact
 from daedalus.connectors.jobs import parse_jobs
 from daedalus.connectors.prometheus import PrometheusSource
 from daedalus.connectors.promql import KEYS, QuerySet
-from daedalus.connectors.settings import redact
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.loop.monitor import observe_or_hold
 
