@@ -22,7 +22,7 @@ MAY_IMPORT = {  # docs/design.md, "The rooms, and which may import which"
     "tasks": {"models", "connectors"},
     "flows": {"tasks", "models", "connectors"},
     "deployments": {"models", "connectors", "flows"},
-    "runtime": {"models", "connectors", "tasks", "flows"},
+    "runtime": {"models", "sim", "connectors", "tasks", "flows"},
     "bench": {"data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime"},
     "cli": {"data", "models", "sim", "connectors", "tasks", "flows", "deployments", "runtime", "bench"},
 }

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 
-from daedalus.bench.flink import Sampled
-from daedalus.cli.flink import _Monitors, build_report, verification_report
 from daedalus.runtime.flink import Outage, Trace
+from daedalus.runtime.flink_demo_report import build_report, verification_report
+from daedalus.runtime.flink_sampling import Sampled
 
 T0 = 1_795_733_500.0
 
@@ -40,7 +40,7 @@ def test_the_bottleneck_demos_report_has_the_contracts_keys_and_types() -> None:
          "bottleneck": "aggregate", "bottleneck_scalable": True},
     ]
     found = [Outage(T0 + 136.0, T0 + 136.2, T0 + 140.4, 4), Outage(T0 + 211.0, T0 + 211.4, T0 + 240.1, 1)]
-    report = build_report(trace, loops, sampled(), found, _Monitors("store", T0 + 400), None, trace.total,
+    report = build_report(trace, loops, sampled(), found, [], None, trace.total,
                           trace.total, {1: [195.3], 4: [192.7]}, 2**31, 60.0, True, "file:///sp")
     report.update(**verification_report(loops, None, found, 900.0))
     report = json.loads(json.dumps(report))  # as written to report.json

@@ -36,7 +36,7 @@ import signal
 import pytest
 from flink_support import flink_jvms, needs_flink, needs_prometheus
 
-from daedalus.cli.flink import run_demo
+from daedalus.runtime.flink_demo import run_demo
 
 pytestmark = [needs_flink, needs_prometheus, pytest.mark.slow]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daedalus.bench.flink import Sampled, record_cost, saturation_throughput
+from daedalus.runtime.flink_sampling import Sampled, record_cost, saturation_throughput
 
 
 def _sampled(throughput, busy, lag, workload, scaleout, uptime) -> Sampled:

@@ -319,8 +319,8 @@ def test_the_jobs_file_sets_the_ceiling_time() -> None:
 def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shape(bottlenecked) -> None:
     # report.json's `rollbacks` and `bottleneck`, built from the loop's own summaries as the demo builds them: the
     # shape a check outside the repository reads, and the values of the rollback the loop made.
-    from daedalus.cli.flink import verification_report
     from daedalus.runtime.flink import Outage
+    from daedalus.runtime.flink_demo_report import verification_report
 
     _, k, its = bottlenecked
     loops = [{**it.summary(), "time": it.decision.time,
@@ -346,7 +346,7 @@ def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shap
 
 
 def test_without_rollbacks_the_flink_demo_reports_empty_lists_and_no_stage() -> None:
-    from daedalus.cli.flink import verification_report
+    from daedalus.runtime.flink_demo_report import verification_report
 
     loops = [{"kind": "scale-out", "current": 1, "target": 4, "action": "executed", "time": 10.0,
               "verdict": None, "reasons": ["forecast above capacity"], "bottleneck": "work",

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from daedalus.cli.flink import compressed_config
 from daedalus.flows.background import recovery_wait_s
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConnectorError
 from daedalus.models.ports import Target
 from daedalus.models.recovery import AnomalyDetector
 from daedalus.models.types import Observation
+from daedalus.runtime.flink_demo import compressed_config
 from daedalus.tasks.recovery import follow, normal_detector
 
 RESCALE = 1_000.0
