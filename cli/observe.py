@@ -56,7 +56,7 @@ def _print_observation(obs: Observation, holds: tuple[str, ...], queries: dict[s
     console.print(summary)
     workers = Table(title="per worker")
     for col in ("pod", "throughput last", "throughput mean", "CPU last", "CPU mean", "samples"):
-        workers.add_column(col, justify="left" if col == "pod" else "right")
+        workers.add_column(col, justify="left" if col == "pod" else "right", overflow="fold")
     for w in obs.workers:
         thr, cpu = obs.throughput[w], obs.cpu[w]
         workers.add_row(w, *_stats(thr), *_stats(cpu), str(int(np.isfinite(thr).sum())))

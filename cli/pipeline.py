@@ -26,7 +26,7 @@ def _failure_table(result: dict[str, Any]) -> Table:
     """Every failed expectation with its job, row count and example rows: what to look at in the lake."""
     t = Table(title=f"Metric validation: {len(result['failed_jobs'])} of {result['jobs']} jobs failed")
     for column in ("job", "expectation", "rows", "example rows"):
-        t.add_column(column)
+        t.add_column(column, overflow="fold")  # names fold rather than end in "…" in a narrow terminal
     for job, failures in result["failures"].items():
         for f in failures:
             examples = "\n".join(json.dumps(e, default=str) for e in f["examples"])
@@ -38,7 +38,7 @@ def _retrain_table(rows: list[dict[str, Any]]) -> Table:
     """Old and new WAPE per job, so a promotion (or its absence) can be read at a glance."""
     t = Table(title=f"Forecaster retraining: {sum(r['promoted'] for r in rows)} of {len(rows)} promoted")
     for column in ("job", "old WAPE %", "new WAPE %", "promoted", "fit s", "model", "note"):
-        t.add_column(column)
+        t.add_column(column, overflow="fold")
     for r in rows:
         t.add_row(r["job"], str(r["old_wape_pct"]), str(r["new_wape_pct"]), "yes" if r["promoted"] else "no",
                   f"{r['fit_s']:.2f}", r["model"], r["note"])
