@@ -13,7 +13,7 @@ from daedalus.bench import flink as bench_flink
 from daedalus.cli.common import console, fail
 from daedalus.models.errors import DaedalusError
 from daedalus.runtime.flink import FLINK_VERSION
-from daedalus.runtime.flink_demo import DEFAULT_MINUTES, WORK_US, run_demo
+from daedalus.runtime.flink_demo import DEFAULT_MINUTES, WORK_US, DemoPlan, run_demo
 
 MAX_LEVEL = 8  # TaskManagers (1 GB each) `daedalus bench flink --levels` may start
 
@@ -22,7 +22,7 @@ def flink_demo(out: Path, minutes: float = DEFAULT_MINUTES, seed: int = 0, bottl
     """`daedalus demo --engine flink [--bottleneck]`: run, print the summary, and fail loudly on lost or duplicated
     records."""
     try:
-        report = run_demo(out, minutes, seed=seed, bottleneck=bottleneck, log=console.print)
+        report = run_demo(out, DemoPlan(minutes=minutes, seed=seed, bottleneck=bottleneck), log=console.print)
     except DaedalusError as exc:
         fail(exc)
     console.print(json.dumps({k: report[k] for k in ("rescales", "records_generated", "records_committed",

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from daedalus.connectors.store import KnowledgeStore
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.ports import Target
 from daedalus.runtime.flink import (
     BOTTLENECK_TASK,
     FLINK_VERSION,
@@ -199,23 +201,33 @@ class _Monitors:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4, seed: int = 0,
-             workdir: Path | None = None, log: Callable[[str], Any] | None = None, speedup: float = SPEEDUP,
-             peak: float = PEAK, probe_s: float = 45.0, flood_s: float = 35.0, bottleneck: bool = False,
-             end: float = END) -> dict[str, Any]:
-    """The whole loop on a real Flink job; writes `out/report.json` and `out/report.png`, returns the report.
+@dataclass(frozen=True)
+class DemoPlan:
+    """What one demo run is: the trace (its length, shape and seed), the cluster, the loop's clock and the saturation
+    measurements around it."""
 
-    `bottleneck` gives the job a non-parallel stage that saturates below the trace's peak, at `BOTTLENECK_SHARE` of
-    what the probe measured one worker processing: a scale-out buys nothing, and the loop is to see that and roll it
-    back.
+    minutes: float = DEFAULT_MINUTES  # the trace
+    taskmanagers: int = 4  # the cluster's one-slot TaskManagers: the largest scale-out
+    seed: int = 0
+    speedup: float = SPEEDUP  # compresses the loop's clock (the test runs at 8× to see a scale-in within minutes)
+    peak: float = PEAK  # the trace's plateau and last level, in the probed worker's capacities
+    end: float = END
+    # How long the saturation measurements before and after the trace take at each parallelism (`flood_s` 0: none
+    # after it, the estimates then judged against the run's own saturation only).
+    probe_s: float = 45.0
+    flood_s: float = 35.0
+    # A non-parallel stage that saturates below the trace's peak, at `BOTTLENECK_SHARE` of what the probe measured one
+    # worker processing: a scale-out buys nothing, and the loop is to see that and roll it back.
+    bottleneck: bool = False
 
-    `speedup` compresses the loop's clock (the test runs at 8× to see a scale-in within minutes); `probe_s` and
-    `flood_s` are how long the saturation measurements before and after the trace take at each parallelism (`flood_s`
-    0: none after it, the estimates then judged against the run's own saturation only); `peak` and `end` are the
-    trace's plateau and last level in the probed worker's capacities."""
-    loop_s = 60.0 / speedup
-    from daedalus.flows.mape_k import mape_k
+
+def run_demo(out: Path, plan: DemoPlan = DemoPlan(), workdir: Path | None = None,
+             log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """The whole loop on a real Flink job, as `plan` describes it; writes `out/report.json` and `out/report.png`,
+    returns the report."""
     from daedalus.runtime.prometheus import local_prometheus
+
+    loop_s, peak = 60.0 / plan.speedup, plan.peak
 
     say = log or print
     wall0 = time.time()
@@ -227,42 +239,42 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         store_url = str(workdir / "knowledge")
         exporter = TraceExporter(None, TOPIC)
         stack.callback(exporter.close)
-        say(f"Starting Flink {FLINK_VERSION} (a JobManager and {taskmanagers} one-slot TaskManagers, adaptive "
+        say(f"Starting Flink {FLINK_VERSION} (a JobManager and {plan.taskmanagers} one-slot TaskManagers, adaptive "
             "scheduler), a Prometheus scraping them every second, and a Prefect server.")
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         with ThreadPoolExecutor(1) as pool:  # the Prefect server starts while the cluster does
             starting = pool.submit(start_server, workdir / "prefect", None, 240.0)
             try:
-                flink = stack.enter_context(LocalFlink(workdir / "cluster", taskmanagers=taskmanagers,
-                                                       max_taskmanagers=taskmanagers, prometheus=local_prometheus,
+                flink = stack.enter_context(LocalFlink(workdir / "cluster", taskmanagers=plan.taskmanagers,
+                                                       max_taskmanagers=plan.taskmanagers, prometheus=local_prometheus,
                                                        extra_targets=[exporter.target]))
                 started_s = time.time() - wall0
                 say(f"Cluster up after {started_s:.0f} s ({flink.rss_bytes() / 2**30:.2f} GiB resident). Measuring "
                     "one worker's saturation throughput …")
                 probes = {p: [m["throughput_median"]] for p, m in
                           flood(flink, exporter, workdir, "daedalus-probe", [1], WORK_US,
-                                            seconds=probe_s, skip_s=probe_s / 3).items()}
+                                seconds=plan.probe_s, skip_s=plan.probe_s / 3).items()}
             finally:
                 server = starting.result()
                 stack.callback(server.stop)
         stack.enter_context(prefect_session(server))
         capacity_1 = probes[1][0]
         bottleneck_us, base = 0, capacity_1
-        if bottleneck:  # the probe measured `work` alone: it is no saturation of the job with its stage
+        if plan.bottleneck:  # the probe measured `work` alone: it is no saturation of the job with its stage
             base, peak, probes = BOTTLENECK_SHARE * capacity_1, BOTTLENECK_PEAK, {}
             bottleneck_us = bottleneck_cost(base)
             say(f"One worker's `work` processes about {capacity_1:,.0f} records/s now: the stage "
                 f"`{BOTTLENECK_TASK}` waits {bottleneck_us:,} µs a record, at most {1e6 / bottleneck_us:,.0f}/s.")
-        rates = demo_trace(minutes, base, seed, peak, end)
+        rates = demo_trace(plan.minutes, base, plan.seed, peak, plan.end)
         say(f"The job processes about {base:,.0f} records/s at one worker now; the trace runs "
             f"{len(rates) / 60:.0f} min between {min(rates):,} and {max(rates):,} records/s.")
-        cfg = compressed_config(taskmanagers, speedup)
-        document = jobs_document(flink, taskmanagers)
+        cfg = compressed_config(plan.taskmanagers, plan.speedup)
+        document = jobs_document(flink, plan.taskmanagers)
         (out / "jobs.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
         target = targets.build_target(parse_jobs(document, str(out / "jobs.yaml")).job(JOB), store_url)
         target.config = cfg
         trace = Trace.of(rates, int(time.time() * 1000) + 5000)
-        knowledge = compressed_knowledge(cfg, speedup)
+        knowledge = compressed_knowledge(cfg, plan.speedup)
         knowledge.last_observation_end = trace.start_ms / 1000  # the first loop reads from the job's start only
         KnowledgeStore(store_url).save(knowledge)
         exporter.trace = trace
@@ -271,31 +283,10 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         job_id = flink.submit(job, parallelism=1)
         flink.wait_running(job_id, 1)
         monitors = _Monitors(store_url, until=trace.end_ms / 1000 + 60.0)
-        loops: list[dict[str, Any]] = []
-        peak_rss = flink.rss_bytes()
         targets.register(target)
         stack.callback(targets.unregister, JOB)
-        next_at = time.time() + loop_s
-        learning_until = trace.start_ms / 1000 + LEARN_S / speedup
-        target.config = dataclasses.replace(cfg, mode="dry-run")
-        while next_at < trace.end_ms / 1000 + loop_s / 2:
-            if target.config.mode == "dry-run" and next_at >= learning_until:
-                target.config = cfg  # learned enough: the loop acts from now on
-            time.sleep(max(0.0, next_at - time.time()))
-            began = time.time()
-            try:
-                summary = mape_k(job=JOB, store_url=store_url)
-            except Exception as exc:  # a failed run is a finding, not the end of the demo
-                summary = {"kind": "error", "current": None, "target": None, "action": None,
-                           "reasons": [f"{type(exc).__name__}: {exc}"]}
-            summary = {**summary, "time": began, "elapsed_s": round(began - trace.start_ms / 1000, 1)}
-            loops.append(summary)
-            peak_rss = max(peak_rss, flink.rss_bytes())
-            if summary.get("action") == "executed":
-                summary["action_time"] = _action_time(store_url, summary["decision"], began)
-                monitors.start(summary, summary["action_time"])
-            say(_line(summary))
-            next_at += loop_s * max(1, math.ceil((time.time() - next_at) / loop_s + 1e-9))
+        loops, peak_rss = _loop(target, cfg, store_url, trace, flink, monitors, say, loop_s,
+                                learning_until=trace.start_ms / 1000 + LEARN_S / plan.speedup)
         say("Trace over: draining the backlog, then stopping the job with a savepoint …")
         assert flink.prometheus_url is not None
         drained = _drain(flink.prometheus_url, trace.end_ms / 1000, 180.0)
@@ -308,10 +299,10 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         estimated = sorted({int(it["current"]) for it in loops if it.get("kind") not in ("hold", "error")
                             and it.get("current") and it.get("capacity_current")})
         say(f"{lines:,} records committed of {trace.total:,} generated ({distinct:,} distinct).")
-        if flood_s > 0:
+        if plan.flood_s > 0:
             say(f"Measuring the saturation throughput at parallelism {', '.join(map(str, estimated or [1]))} …")
             for p, m in flood(flink, exporter, workdir, "daedalus-saturation", estimated or [1], WORK_US,
-                                          seconds=flood_s, skip_s=flood_s / 3, bottleneck_us=bottleneck_us).items():
+                              seconds=plan.flood_s, skip_s=plan.flood_s / 3, bottleneck_us=bottleneck_us).items():
                 probes.setdefault(p, []).append(m["throughput_median"])
         log_file = flink.jobmanager.log_file() if flink.jobmanager else None
         found = outages(log_file) if log_file else []
@@ -321,7 +312,7 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors.runs, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
-        report.update(speedup=speedup, loop_interval_s=loop_s, peak=peak, end=end,
+        report.update(speedup=plan.speedup, loop_interval_s=loop_s, peak=peak, end=plan.end,
                       probe_capacity_1=round(capacity_1, 1), bottleneck_us=bottleneck_us,
                       bottleneck_rate=round(1e6 / bottleneck_us, 1) if bottleneck_us else None,
                       **verification_report(loops, knowledge, found, cfg.ceiling))
@@ -330,6 +321,38 @@ def run_demo(out: Path, minutes: float = DEFAULT_MINUTES, taskmanagers: int = 4,
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot(s, loops, report, out / "report.png")
     return report
+
+
+def _loop(target: Target, cfg: LoopConfig, store_url: str, trace: Trace, flink: LocalFlink, monitors: _Monitors,
+          say: Callable[[str], Any], loop_s: float, learning_until: float) -> tuple[list[dict[str, Any]], int]:
+    """The `mape-k` flow every `loop_s` until the trace ends, in dry-run until `learning_until` (capacity needs
+    data), a recovery monitor beside each executed rescale; the loops' summaries and the cluster's peak memory."""
+    from daedalus.flows.mape_k import mape_k
+
+    loops: list[dict[str, Any]] = []
+    peak_rss = flink.rss_bytes()
+    next_at = time.time() + loop_s
+    target.config = dataclasses.replace(cfg, mode="dry-run")
+    while next_at < trace.end_ms / 1000 + loop_s / 2:
+        if target.config.mode == "dry-run" and next_at >= learning_until:
+            target.config = cfg  # learned enough: the loop acts from now on
+        time.sleep(max(0.0, next_at - time.time()))
+        began = time.time()
+        try:
+            summary = mape_k(job=JOB, store_url=store_url)
+        except Exception as exc:  # a failed run is a finding, not the plan.end of the demo
+            summary = {"kind": "error", "current": None, "target": None, "action": None,
+                       "reasons": [f"{type(exc).__name__}: {exc}"]}
+        summary = {**summary, "time": began, "elapsed_s": round(began - trace.start_ms / 1000, 1)}
+        loops.append(summary)
+        peak_rss = max(peak_rss, flink.rss_bytes())
+        if summary.get("action") == "executed":
+            summary["action_time"] = _action_time(store_url, summary["decision"], began)
+            monitors.start(summary, summary["action_time"])
+        say(_line(summary))
+        next_at += loop_s * max(1, math.ceil((time.time() - next_at) / loop_s + 1e-9))
+    return loops, peak_rss
+
 
 
 def _action_time(store_url: str, decision: str, fallback: float) -> float:

@@ -36,7 +36,7 @@ import signal
 import pytest
 from flink_support import flink_jvms, needs_flink, needs_prometheus
 
-from daedalus.runtime.flink_demo import run_demo
+from daedalus.runtime.flink_demo import DemoPlan, run_demo
 
 pytestmark = [needs_flink, needs_prometheus, pytest.mark.slow]
 
@@ -44,8 +44,8 @@ pytestmark = [needs_flink, needs_prometheus, pytest.mark.slow]
 def test_the_loop_scales_a_real_flink_job_out_and_in_exactly_once(tmp_path):
     marker = str(tmp_path / "work")
     try:
-        report = run_demo(tmp_path / "out", minutes=5, taskmanagers=3, workdir=tmp_path / "work", speedup=8.0,
-                          probe_s=30.0, flood_s=0.0, end=0.2)
+        plan = DemoPlan(minutes=5, taskmanagers=3, speedup=8.0, probe_s=30.0, flood_s=0.0, end=0.2)
+        report = run_demo(tmp_path / "out", plan, workdir=tmp_path / "work")
     finally:  # even when the run failed: no JVM of this cluster may outlive the test
         left = flink_jvms(marker)
         for line in left:
