@@ -184,3 +184,32 @@ def test_the_circle_check_can_fail() -> None:
     edges = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
     assert _circles(edges) == [["a", "b", "c"]]
     assert _circles({"a": {"b": 1}, "b": {}}) == []
+
+
+MODELS_TOP = 8  # types, configuration, errors, ports, knowledge, text, and what every room shares
+
+
+def test_models_keeps_at_its_top_only_what_every_room_shares() -> None:
+    top = sorted(p.stem for p in (ROOT / "models").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MODELS_TOP, f"models/ holds {len(top)} modules at its top (at most {MODELS_TOP}): {top}"
+    loop = {p.stem for p in (ROOT / "models" / "loop").glob("*.py")}
+    assert {"iteration", "monitor", "analyze", "verify", "plan", "execute", "messages"} <= loop
+
+
+def _sleeps_in_loops(path: Path) -> list[int]:
+    """Lines of a sleep called inside a for or while loop: a hand-written retry or poll."""
+    found = []
+    for loop in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(loop, ast.For | ast.While):
+            found += [n.lineno for n in ast.walk(loop) if isinstance(n, ast.Call)
+                      and getattr(n.func, "attr", getattr(n.func, "id", "")) in ("sleep", "_sleep", "wait")]
+    return found
+
+
+def test_no_connector_retries_or_polls_by_hand(tmp_path: Path) -> None:
+    """Each connector states its retry policy in tenacity (and waits through connectors/polling.poll)."""
+    by_hand = [f"{p.relative_to(ROOT)}:{line}" for p in _modules()["connectors"] for line in _sleeps_in_loops(p)]
+    assert not by_hand, "a sleep inside a loop (use tenacity, or connectors.polling.poll):\n" + "\n".join(by_hand)
+    probe = tmp_path / "probe.py"
+    probe.write_text("import time\nfor attempt in range(3):\n    time.sleep(1)\n")
+    assert _sleeps_in_loops(probe) == [3]
