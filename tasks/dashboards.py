@@ -6,8 +6,8 @@ Each loop run publishes, in its one `publish` task, the decision artifact of tas
   recovery times (when the ledger changed), as markdown with a block per entry, whose lines wrap at the UI's width;
 - `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE, as a PNG embedded in
   markdown (the UI renders markdown images; a data: URI needs no file server).
-It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
-(flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
+It also writes the job's status and forecast record (through the job store, connectors/store.py). The
+`fleet-overview` flow (flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.clock import WALL
-from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
+from daedalus.connectors.store import FORECASTS, STATUS, JobStore, Store
 from daedalus.models.forecast import wape
 from daedalus.models.forecast.steps import step_means
 from daedalus.models.text import duration, number, percent, utc
@@ -315,7 +315,7 @@ def forecast_plot_markdown(job: str, png: bytes, w: float | None, latest: Foreca
 
 
 @task(name="publish", cache_policy=NO_CACHE)
-def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
+def publish_dashboards(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, stop: str | None,
                        version: int | None) -> None:
     """The decision artifact; status and forecast record; the other artifacts when there is news.
 
@@ -324,15 +324,15 @@ def publish_dashboards(it: Iteration, knowledge: Knowledge, store_url: str, mode
     """
     job = knowledge.job
     wall = WALL.now()
-    previous = read_status(store_url, job) or {}
+    previous = store.status() or {}
     news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
         wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
     publish(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
     record = {**status_record(it, knowledge, mode, stop, wall),
               "news_wall": wall if news else previous.get("news_wall")}
-    history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
-    write_json(store_url, job, FORECASTS, history)
-    write_json(store_url, job, STATUS, record)
+    history = record_forecast(store.read_json(FORECASTS), it.analysis.forecast)
+    store.write_json(FORECASTS, history)
+    store.write_json(STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
                                  description=f"{job}: the scaling ledger, newest first: every rescale decided, "
@@ -357,13 +357,13 @@ def last_action_text(last: dict[str, Any] | None) -> str:
     return f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], zone=False, unknown='')}{who}"
 
 
-def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
+def fleet_rows(jobs: list[tuple[str, str]], store: Store, wall_now: float,
                on_job: Any = None) -> list[dict[str, str]]:
     """One row per (job, mode in the jobs file): health and the scale-out (now → recommended) first, then the
     last decision and action, a pending proposal, and when the last loop ran."""
     rows = []
     for n, (job, mode) in enumerate(jobs, start=1):
-        s = read_status(store_url, job)
+        s = store.job(job).status()
         if s is None:
             rows.append({"job": job, "health": "no loop has run yet", "scale-out": "", "mode": mode, "decision": "",
                          "last action": "", "pending proposal": "", "last loop (UTC)": ""})

@@ -184,3 +184,57 @@ def test_the_circle_check_can_fail() -> None:
     edges = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
     assert _circles(edges) == [["a", "b", "c"]]
     assert _circles({"a": {"b": 1}, "b": {}}) == []
+
+
+# One job store (connectors/store.py) opens a job's folder: one fsspec filesystem, one atomic write. fsspec is the
+# store's and the lake's (the metric-history lake is another system); a rename into place is the store's atomic
+# write, the lake's and the local Spark application's workdir (spark_local.py, outside the store).
+OPENERS = ("connectors", "tasks", "flows", "cli")  # the rooms that reach the store (runtime/ runs its own processes)
+FSSPEC_OWNERS = {"connectors/store.py", "connectors/lake.py"}
+RENAME_OWNERS = {"connectors/store.py", "connectors/lake.py", "connectors/spark_local.py"}
+
+
+def _folder_openings(path: Path) -> list[tuple[int, str]]:
+    """Where a module reaches a filesystem itself: fsspec imported or `url_to_fs` called (`fsspec`), or a file
+    renamed into place, `os.replace`/`os.rename` or a filesystem's `mv`/`rename` (`rename`)."""
+    out = [(line, "fsspec") for line, name in _imports(path) if name.split(".")[0] == "fsspec"]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "url_to_fs":
+            out.append((node.lineno, "fsspec"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr, owner = node.func.attr, node.func.value
+            if attr == "url_to_fs":
+                out.append((node.lineno, "fsspec"))
+            elif attr in ("mv", "rename") or (attr == "replace" and isinstance(owner, ast.Name) and owner.id == "os"):
+                out.append((node.lineno, "rename"))
+    return out
+
+
+def _store_breaches() -> list[str]:
+    wrong = []
+    for room in OPENERS:
+        for path in _modules()[room]:
+            rel = str(path.relative_to(ROOT))
+            for line, what in _folder_openings(path):
+                if rel not in (FSSPEC_OWNERS if what == "fsspec" else RENAME_OWNERS):
+                    wrong.append(f"{rel}:{line} {'uses fsspec' if what == 'fsspec' else 'renames a file into place'}")
+    return wrong
+
+
+def test_only_the_job_store_opens_a_jobs_folder() -> None:
+    wrong = _store_breaches()
+    assert not wrong, "a job's folder is the job store's (connectors/store.py: Store(url).job(name)):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_store_rule_can_fail() -> None:
+    bad = ROOT / "connectors" / "_store_probe.py"
+    bad.write_text("import os\nfrom fsspec.core import url_to_fs\n\ndef f(fs, a, b):\n    fs.mv(a, b)\n"
+                   "    os.replace(a, b)\n    return url_to_fs(a)\n")
+    try:
+        probe = [w.split(" ", 1) for w in _store_breaches() if w.startswith("connectors/_store_probe.py")]
+        assert [(where.rsplit(":", 1)[1], what) for where, what in probe] == [
+            ("2", "uses fsspec"), ("5", "renames a file into place"), ("6", "renames a file into place"),
+            ("7", "uses fsspec")]
+    finally:
+        bad.unlink()
