@@ -173,7 +173,7 @@ def test_design_links_point_at_code_that_exists(site: Path) -> None:
         assert f'id="{target}"' in pages[page], f"design.md links to {target}: no such entry on reference/{page}"
     targets = [t for _, t in links]
     for name in ("capacity.model", "forecast.forecaster", "recovery.prediction", "recovery.anomaly", "planning.planner",
-                 "planning.policies.hpa", "planning.policies.ds2", "planning.policies.flink_autoscaler",
+                 "policies.hpa", "policies.ds2", "policies.flink_autoscaler",
                  "planning.oracle"):
         assert any(t.startswith(f"daedalus.models.{name}") for t in targets), f"design.md links nothing in {name}"
 
