@@ -238,3 +238,63 @@ def test_the_store_rule_can_fail() -> None:
             ("7", "uses fsspec")]
     finally:
         bad.unlink()
+
+
+# The knowledge is the only writer of its ledger (ARCHITECTURE.md): no module but models/knowledge.py appends to or
+# rewrites `.ledger`, adds to a ledger entry's `.history` or moves an entry (`.mark(`). A `history` of one's own
+# (`self.history`: the local Flink cluster's) and the forecaster's WAPE history (models/forecast/) are not the ledger's.
+LEDGER_WRITER = "models/knowledge.py"
+OTHER_HISTORIES = ("models/forecast/",)
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}
+
+
+def _ledger_writes(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr, owner = node.func.attr, node.func.value
+            if attr == "mark":
+                out.append((node.lineno, "moves a ledger entry (.mark)"))
+            elif attr in MUTATORS and isinstance(owner, ast.Attribute) and owner.attr == "ledger":
+                out.append((node.lineno, f"changes a ledger (.ledger.{attr})"))
+            elif (attr in MUTATORS and isinstance(owner, ast.Attribute) and owner.attr == "history"
+                  and not (isinstance(owner.value, ast.Name) and owner.value.id == "self")):
+                out.append((node.lineno, f"writes an entry's history (.history.{attr})"))
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            t = t.value if isinstance(t, ast.Subscript) else t
+            if isinstance(t, ast.Attribute) and t.attr == "ledger":
+                out.append((node.lineno, "rewrites a ledger (.ledger =)"))
+    return out
+
+
+def _ledger_breaches() -> list[str]:
+    wrong = []
+    for paths in _modules().values():
+        for path in paths:
+            rel = str(path.relative_to(ROOT))
+            if rel == LEDGER_WRITER:
+                continue
+            for line, what in _ledger_writes(path):
+                if "history" in what and rel.startswith(OTHER_HISTORIES):
+                    continue
+                wrong.append(f"{rel}:{line} {what}")
+    return wrong
+
+
+def test_the_knowledge_is_the_only_writer_of_its_ledger() -> None:
+    wrong = _ledger_breaches()
+    assert not wrong, "write the ledger through the knowledge (record, note, move):\n" + "\n".join(wrong)
+
+
+def test_the_ledger_rule_can_fail() -> None:
+    bad = ROOT / "models" / "loop" / "_ledger_probe.py"
+    bad.write_text("def f(k, entry, self):\n    k.ledger.append(entry)\n    entry.history.append((0, 'x'))\n"
+                   "    entry.mark('executed', 0)\n    del k.ledger[:1]\n    self.history.append(1)\n")
+    try:
+        probe = sorted(w.split(" ", 1)[0].rsplit(":", 1)[1] for w in _ledger_breaches()
+                       if w.startswith("models/loop/_ledger_probe.py"))
+        assert probe == ["2", "3", "4", "5"]
+    finally:
+        bad.unlink()

@@ -65,8 +65,8 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
         k.verification = None
         return Verified(notes=notes)
     if now - p.executed > v.VERIFY_WINDOW * cfg.verify_after_s:
-        entry.history.append((now, f"not verified: no loaded, recovered observation at {p.target} within "
-                                   f"{v.VERIFY_WINDOW * cfg.verify_after_s:.0f} s"))
+        k.note(entry, now, f"not verified: no loaded, recovered observation at {p.target} within "
+                           f"{v.VERIFY_WINDOW * cfg.verify_after_s:.0f} s")
         k.verification = None
         return Verified(notes=notes)
     recovered = k.watch is None or k.watch.decision_id != p.decision_id
@@ -83,7 +83,7 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
     result = v.Verification(p.decision_id, p.current, p.target, p.before, p.predicted, observed, verdict,
                             p.busy_before, v.busy_shares(obs.stages), k.bottleneck)
     entry.verdict, entry.capacity_ratio = verdict, round(result.ratio, 4)
-    entry.history.append((now, result.describe()))
+    k.note(entry, now, result.describe())
     k.verification = None
     undo = _undo(cfg, a, k, result, now) if verdict == "ineffective" else None
     return Verified(result, undo, (*notes, result.describe()))
