@@ -15,7 +15,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge, Override
 from daedalus.models.text import duration, utc
-from daedalus.models.types import Decision, LedgerEntry, ScalingAction
+from daedalus.models.types import Decision, LedgerEntry, ScalingAction, kind_of
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
 KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered",
@@ -102,9 +102,8 @@ def check_scaleout(cfg: LoopConfig, scaleout: int) -> str | None:
 
 
 def _operator_decision(k: Knowledge, msg: ControlMessage, current: int, target: int, reason: str) -> Decision:
-    kind = "no-change" if target == current else ("scale-out" if target > current else "scale-in")
-    return Decision(id=msg.body.get("proposal") or msg.id, time=msg.time, kind=kind, current=current,
-                    target=target, reasons=(reason,))
+    return Decision(id=msg.body.get("proposal") or msg.id, time=msg.time, kind=kind_of(current, target),
+                    current=current, target=target, reasons=(reason,))
 
 
 def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig, current: int, now: float,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from daedalus.models.capacity import verification as v
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
+from daedalus.models.types import Analysis, Decision, Observation, ScalingAction, kind_of
 
 
 def expect(k: Knowledge, action: ScalingAction | None, a: Analysis, stages: tuple[v.StageLoad, ...]) -> None:
@@ -109,6 +109,6 @@ def _undo(cfg: LoopConfig, a: Analysis, k: Knowledge, result: v.Verification, no
     if scaled_out:
         reasons += (f"no scale-out above {target} for {cfg.ceiling_s:.0f} s (until the bottleneck has room)",)
     recovery = a.recovery_time(target)
-    return Decision(id=f"{k.job}-{int(now)}", time=now, kind="scale-out" if target > a.scaleout else "scale-in",
+    return Decision(id=f"{k.job}-{int(now)}", time=now, kind=kind_of(a.scaleout, target),
                     current=a.scaleout, target=target, reasons=reasons,
                     predicted_recovery_s=recovery if recovery < float("inf") else None)
