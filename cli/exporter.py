@@ -8,7 +8,7 @@ import typer
 
 from daedalus.cli.common import JobsFile, Store, console, fail
 from daedalus.cli.settings import resolve
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors import store as job_store
 from daedalus.models.errors import DaedalusError
 from daedalus.runtime.exporter import DEFAULT_PORT, serve
 
@@ -28,8 +28,7 @@ def exporter(
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
         settings, where = resolved.settings, f"{resolved.settings.store} ({resolved.sources['store']})"
-        knowledge = KnowledgeStore(settings.store)
-        if not knowledge.fs.exists(knowledge.root):
+        if not job_store.Store(settings.store).exists():
             console.print(f"[yellow]note:[/yellow] the store {where} does not exist yet: daedalus_exporter_store_up "
                           "is 0 until a loop writes to it (`daedalus config` shows the settings in force)",
                           soft_wrap=True)

@@ -81,14 +81,14 @@ def _skipped(state: Any) -> bool:
 def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:
     """(job, mode) from the jobs file in force, else every job the store knows (mode unknown), with a note
     saying which; nowhere to look is an error that says how to configure it."""
-    from daedalus.connectors.store import KnowledgeStore
+    from daedalus.connectors import store as job_store
 
     settings = resolved.settings
     if settings.jobs_file is not None:
         from daedalus.connectors.jobs import load_jobs
 
         return [(j.name, j.mode) for j in load_jobs(settings.jobs_file).jobs], ""
-    stored = KnowledgeStore(settings.store).jobs()
+    stored = job_store.Store(settings.store).jobs()
     if not stored:
         raise ConfigurationError(f"no jobs file configured and no job in the store {settings.store} "
                                  f"({resolved.sources['store']}): {HOW}")
@@ -102,13 +102,13 @@ WIDE = ("capacity (tuples/s)", "workload (tuples/s)", "forecast peak (tuples/s)"
 def fleet(resolved: Resolved) -> tuple[list[dict[str, Any]], str, str]:
     """One record per job of the jobs file in force (every job of the store without one): its stored status and
     its last runs when the Prefect API answers; with the table's title and a caption saying what is missing."""
-    from daedalus.connectors.status import read_status
-    from daedalus.connectors.switches import kill_switch
+    from daedalus.connectors import store as job_store
     from daedalus.tasks.dashboards import fleet_rows
 
     store_url = resolved.settings.store
+    store = job_store.Store(store_url)
     jobs, note = _job_names(resolved)
-    rows = fleet_rows(jobs, store_url, time.time())
+    rows = fleet_rows(jobs, store, time.time())
     api: dict[str, dict[str, Any]] = {}
     try:
         url = api_url(resolved)
@@ -123,11 +123,11 @@ def fleet(resolved: Resolved) -> tuple[list[dict[str, Any]], str, str]:
             api_note = f"store only: the Prefect API failed ({type(exc).__name__}: {exc})"
     records = []
     for row in rows:
-        a, s = api.get(row["job"], {}), read_status(store_url, row["job"]) or {}
+        a, s = api.get(row["job"], {}), store.job(row["job"]).status() or {}
         last_run = a.get("last") or ("" if not api else "no deployment" if not a else "")
         records.append({**row, "status": s, "last run": last_run, "schedule paused": a.get("paused"),
                         "start delay": a.get("late_s")})
-    switch = kill_switch(store_url)
+    switch = store.kill_switch()
     title = f"{len(rows)} job(s) in {store_url}"
     if switch:
         title += f" — KILL SWITCH ON for all jobs (by {switch.get('operator')}: {switch.get('reason')})"
@@ -207,16 +207,15 @@ def entry_json(e: LedgerEntry) -> dict[str, Any]:
 def job_detail(job: str, store_url: str, fmt: Format = Format.table) -> None:
     """One job in full: its last loop, pending proposal, ledger and inbox, so an operator can answer it. Values
     an older loop stored as infinite or missing show as such, never as a crash."""
-    from daedalus.connectors.inbox import Inbox
-    from daedalus.connectors.status import read_status
-    from daedalus.connectors.store import KnowledgeStore
+    from daedalus.connectors import store as job_store
     from daedalus.tasks.dashboards import ledger_rows, verification_lines
 
-    status = read_status(store_url, job)
-    k = KnowledgeStore(store_url).load(job).knowledge
+    store = job_store.Store(store_url).job(job)
+    status = store.status()
+    k = store.load().knowledge
     if status is None and k is None:
         raise DaedalusError(f"nothing stored for job {job!r} in {store_url}: has its loop run yet?")
-    waiting = [m for _, m in Inbox(store_url).pending(job)]
+    waiting = [m for _, m in store.pending()]
     if fmt == Format.json:  # the same values as the table, for scripts: no cell text, every time in ISO 8601 UTC
         p, entries = (None, []) if k is None else (k.pending, sorted(k.ledger[-15:], key=lambda e: e.changed,
                                                                       reverse=True))
@@ -356,26 +355,25 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
 def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: str, resolved: Resolved) -> None:
     """Pause or resume one job of the jobs file through its inbox, or every job through the store-wide kill
     switch."""
-    from daedalus.connectors.inbox import Inbox
-    from daedalus.connectors.switches import clear_kill_switch, set_kill_switch
+    from daedalus.connectors import store as job_store
 
     store_url = resolved.settings.store
     if (job is None) == (not all_jobs):
         raise typer.BadParameter("give a JOB or --all")
     if all_jobs:
         if kind == "pause":
-            set_kill_switch(store_url, operator, reason)
+            job_store.Store(store_url).set_kill_switch(operator, reason)
             console.print(f"[yellow]kill switch ON[/yellow] in {store_url}: every job keeps monitoring and deciding, "
                           "none acts", soft_wrap=True)
         else:
-            was = clear_kill_switch(store_url)
+            was = job_store.Store(store_url).clear_kill_switch()
             console.print("kill switch off" if was else "the kill switch was not on")
         posted({"all": True, "action": kind, "kill_switch": kind == "pause", "store": store_url,
                 "operator": operator, "reason": reason})
         return
     assert job is not None
     known_job(resolved, job)
-    msg = Inbox(store_url).post(job, kind, {"operator": operator, "reason": reason, "wall": time.time()})
+    msg = job_store.Store(store_url).job(job).post(kind, {"operator": operator, "reason": reason, "wall": time.time()})
     console.print(f"{kind} of {job} posted ({msg.id}); its loop applies it at its next run", soft_wrap=True)
     posted({"job": job, "action": kind, "operator": operator, "reason": reason, "message": msg.id})
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from daedalus.cli import bench as cli_bench
 from daedalus.cli.common import console, fail, progress
 from daedalus.connectors import targets
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models import policies
 from daedalus.models.errors import DaedalusError
 from daedalus.models.knowledge import Knowledge
@@ -59,7 +59,7 @@ class FlowPolicy:
 
     @property
     def knowledge(self) -> Knowledge | None:
-        return None if self.job is None else KnowledgeStore(self.store_url).load(self.job).knowledge
+        return None if self.job is None else Store(self.store_url).job(self.job).load().knowledge
 
 
 @contextlib.contextmanager

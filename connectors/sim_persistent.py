@@ -1,7 +1,7 @@
 """The embedded simulator as a deployed job's target (engine `sim`), persisted between flow runs.
 
 Each deployed `mape-k` run is a new process, so the simulated job lives in the store next to the job's
-knowledge (`<store>/<job>/sim.pickle`, written to a temporary name and renamed into place) and catches up
+knowledge (`<store>/<job>/sim.pickle`, written through the job store's one atomic write) and catches up
 with the wall clock at every run: it advances by the wall-clock seconds elapsed since it was last saved,
 times `sim.speedup`. The workload (`sine`, one 3-hour period, or a trace file) repeats forever, rescaled
 so that its peak is `peak_utilization` × the true capacity at the job's maximum scale-out.
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import fcntl
 import math
-import os
 import pickle
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -31,7 +29,7 @@ import numpy as np
 from pydantic import Field
 
 from daedalus.connectors.fields import Strict
-from daedalus.connectors.store import check_job_name
+from daedalus.connectors.store import Store, check_job_name
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.models.types import Observation
 from daedalus.sim.scenario import scenario
@@ -144,6 +142,7 @@ class PersistentSimulatedJob:
         self.settings = settings(spec)
         self.dir = root / check_job_name(spec.name)
         self.path = self.dir / "sim.pickle"
+        self.store = Store(str(root)).job(spec.name)
         self.wall_clock = wall_clock
         self._cycle: np.ndarray | None = None
         self.state = self._transaction(lambda state: None)
@@ -178,19 +177,15 @@ class PersistentSimulatedJob:
         return state
 
     def _save(self, state: SimState) -> None:
-        tmp = self.dir / f".sim-{uuid.uuid4().hex}.tmp"
         kept = {name: getattr(state.sim, name) for name in PER_PARTITION}
         for name, array in kept.items():
             setattr(state.sim, name, array[:0])
         try:
-            with open(tmp, "wb") as f:
-                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-                f.flush()
-                os.fsync(f.fileno())
+            blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             for name, array in kept.items():
                 setattr(state.sim, name, array)
-        os.replace(tmp, self.path)
+        self.store.write(self.path.name, blob, durable=True)
 
     def _transaction(self, change) -> SimState:
         """Load (or create), catch up with the wall clock, apply `change(state)`, save."""

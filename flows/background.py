@@ -16,9 +16,8 @@ from prefect import flow, get_run_logger
 from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
 from daedalus.connectors.clock import WALL
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
-from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
+from daedalus.connectors.store import DEFAULT_URL, JobStore, Store
 from daedalus.connectors.targets import resolve
 from daedalus.flows.mape_k import FORECAST_POOR, RESCALED
 from daedalus.models.config import LoopConfig
@@ -87,17 +86,17 @@ def recovery_monitor(
     first) or a later rescale (what follows is that one's recovery); a run stuck past `RECOVERY_DEADLINE_S` (a hung
     metrics call) is failed by Prefect, so no monitor outlives its purpose. The prediction is the ledger's (an
     approved or manual rescale's event carries none)."""
-    store = KnowledgeStore(store_url)
     target, _ = resolve(job, store_url, jobs_file)
-    knowledge = store.load(job).knowledge
+    store = Store(store_url).job(job)
+    knowledge = store.load().knowledge
     entry = knowledge.entry(decision) if knowledge is not None else None
     if entry is not None and entry.predicted_recovery_s is not None:
         predicted_recovery_s = entry.predicted_recovery_s
     timeout_s = recovery_wait_s(target.config, timeout_s)
     detector = recovery_tasks.normal_detector(knowledge, target, rescale_time)
     result = recovery_tasks.follow_task(target, decision, rescale_time, predicted_recovery_s, detector, timeout_s,
-                                        poll_s, partial(_settled, store, job, decision),
-                                        partial(_later_rescale, store, job, rescale_time))
+                                        poll_s, partial(_settled, store, decision),
+                                        partial(_later_rescale, store, rescale_time))
     direction = "a rescale" if from_scaleout is None or to_scaleout is None else (
         f"{'scale-out' if to_scaleout > from_scaleout else 'scale-in'} {from_scaleout} → {to_scaleout}")
     predicted = "none within the horizon" if predicted_recovery_s is None else f"{predicted_recovery_s:.0f} s"
@@ -112,24 +111,24 @@ def recovery_monitor(
     return recovery_tasks.publish(result, direction)
 
 
-def _knowledge(store: KnowledgeStore, job: str) -> Knowledge | None:
+def _knowledge(store: JobStore) -> Knowledge | None:
     """The job's stored knowledge; None when unreadable (the loop's to report: the monitor keeps watching)."""
     try:
-        return store.load(job).knowledge
+        return store.load().knowledge
     except Exception:
         return None
 
 
-def _later_rescale(store: KnowledgeStore, job: str, rescale_time: float) -> float | None:
+def _later_rescale(store: JobStore, rescale_time: float) -> float | None:
     """When the job was rescaled again after the one followed (the ledger's last rescale, a second or more later)."""
-    knowledge = _knowledge(store, job)
+    knowledge = _knowledge(store)
     last = None if knowledge is None else knowledge.last_rescale
     return float(last) if last is not None and last > rescale_time + 1.0 else None
 
 
-def _settled(store: KnowledgeStore, job: str, decision: str) -> float | None:
+def _settled(store: JobStore, decision: str) -> float | None:
     """The observed recovery time the ledger already has for `decision` (the loop noticed it first), else None."""
-    knowledge = _knowledge(store, job)
+    knowledge = _knowledge(store)
     entry = knowledge.entry(decision) if knowledge is not None else None
     return None if entry is None else entry.observed_recovery_s
 
@@ -147,11 +146,11 @@ def retrain_forecaster(
 ) -> dict[str, Any]:
     """History from the lake when given, else from the job's metrics source; promotes only a better model."""
     logger = get_run_logger()
-    inbox = Inbox(store_url)
-    if any(m.kind == "forecaster" for _, m in inbox.pending(job)):
+    root = Store(store_url)
+    if any(m.kind == "forecaster" for _, m in root.job(job).pending()):
         logger.info("%s: a retrained forecaster is already waiting for the loop; nothing to do", job)
         return {"job": job, "status": "already-pending"}
-    current = retrain_tasks.current_model(KnowledgeStore(store_url), job)
+    current = retrain_tasks.current_model(root, job)
     now = (WALL.now() if lake_url else resolve(job, store_url, jobs_file)[0].clock.now()) if now is None else now
     ts, workload = _history(job, store_url, lake_url, jobs_file, now - history_s, now)
     step_s = float(current["config"]["step_s"]) if current else 30.0

@@ -9,7 +9,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.store import DEFAULT_URL
+from daedalus.connectors.store import DEFAULT_URL, Store
 from daedalus.tasks.dashboards import fleet_rows
 
 
@@ -22,7 +22,7 @@ def fleet_overview(jobs_file: str = "jobs.yaml", store_url: str = DEFAULT_URL) -
         if done == total or done % 10 == 0:
             update_progress_artifact(progress, progress=100.0 * done / total)
 
-    rows = fleet_rows(jobs, store_url, WALL.now(), on_job)
+    rows = fleet_rows(jobs, Store(store_url), WALL.now(), on_job)
     create_table_artifact(key="fleet-overview", table=rows,
                           description=f"{len(rows)} jobs: current and recommended scale-out, mode, last action, health")
     return rows

@@ -12,8 +12,7 @@ from prefect import flow, get_run_logger
 from prefect.events import emit_event
 
 from daedalus.connectors import targets
-from daedalus.connectors.inbox import Inbox
-from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore
+from daedalus.connectors.store import DEFAULT_URL, JobStore, Store
 from daedalus.connectors.switches import stop_reason
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
@@ -37,8 +36,8 @@ def _retry_unless_given_up(task: Any, task_run: Any, state: Any) -> bool:
 ORCHESTRATED = Phases(monitor.with_options(retry_condition_fn=_retry_unless_given_up), analyze, plan, execute)
 
 
-def load_knowledge(store: KnowledgeStore, target: Target) -> tuple[Knowledge, int | None]:
-    loaded = store.load(target.job)
+def load_knowledge(store: JobStore, target: Target) -> tuple[Knowledge, int | None]:
+    loaded = store.load()
     logger = get_run_logger()
     for warning in loaded.warnings:
         logger.warning(warning)
@@ -71,15 +70,16 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
            lake_url: str | None = None, at: float | None = None) -> dict[str, Any]:
     """`at` evaluates the loop as of that epoch second over metrics already in Prometheus (`daedalus step --at`)."""
     target, spec = targets.resolve(job, store_url, jobs_file, at)
-    store, inbox = KnowledgeStore(store_url), Inbox(store_url)
+    root = Store(store_url)
+    store = root.job(job)  # the run's one view of its job's folder: knowledge, inbox, status, forecasts
     knowledge, _ = load_knowledge(store, target)
-    waiting = inbox.pending(job)
-    stop = stop_reason(store_url, spec, target.clock.now())
+    waiting = store.pending()
+    stop = stop_reason(root, spec, target.clock.now())
     it = iterate(target, knowledge, ORCHESTRATED, [m for _, m in waiting], stop=stop, journal=store.save)
     if lake_url:
         record_history(lake_url, it.observation)  # logs a failure, never raises
     version = store.save(knowledge)  # a failed save fails the run: the next one starts from the last version
-    inbox.ack([path for path, _ in waiting])
+    store.ack([path for path, _ in waiting])
     logger = get_run_logger()
     for note in it.notes:
         logger.info("%s: %s", job, note)
@@ -89,7 +89,7 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
         request_approval(it, knowledge, spec, store_url, jobs_file)
     # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
     try:
-        publish(it, knowledge, store_url, target.config.mode, stop, version)
+        publish(it, knowledge, store, target.config.mode, stop, version)
     except Exception as exc:
         logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
                      type(exc).__name__, exc)

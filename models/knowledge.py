@@ -16,7 +16,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.forecast import Forecaster
 from daedalus.models.recovery import AnomalyDetector, DowntimeEstimates, RecoveryTracker
-from daedalus.models.types import LedgerEntry
+from daedalus.models.types import ActionState, LedgerEntry
 
 SCHEMA_VERSION = 1
 LEDGER_LIMIT = 1000  # keep the newest entries; older ones remain in earlier stored versions
@@ -92,9 +92,22 @@ class Knowledge:
             downtime=DowntimeEstimates(out_s=cfg.downtime_out_s, in_s=cfg.downtime_in_s),
         )
 
+    # The knowledge is the only writer of its ledger: the phases record entries, note and move them through these.
+
     def record(self, entry: LedgerEntry) -> None:
         self.ledger.append(entry)
         del self.ledger[:-LEDGER_LIMIT]
+
+    def note(self, entry: LedgerEntry, at: float, text: str) -> None:
+        """Add a line to an entry's history, at `at` on the job's clock."""
+        entry.history.append((at, text))
+
+    def move(self, entry: LedgerEntry, state: ActionState, wall: float, at: float, text: str,
+             by: str | None = None) -> None:
+        """Move an entry to `state`: an event at the wall-clock time `wall` (done by the operator `by`, None: by the
+        loop), and `text` in its history at `at`."""
+        entry.mark(state, wall, by)
+        self.note(entry, at, text)
 
     def entry(self, entry_id: str) -> LedgerEntry | None:
         return next((e for e in reversed(self.ledger) if e.id == entry_id), None)
@@ -105,7 +118,7 @@ class Knowledge:
         entry = self.entry(decision_id)
         if entry is not None and entry.observed_recovery_s is None:
             entry.observed_recovery_s = float(observed_s)
-            entry.history.append((at, f"recovered in {entry.observed_recovery_s:.0f} s"))
+            self.note(entry, at, f"recovered in {entry.observed_recovery_s:.0f} s")
             self.downtime.learn_recovery(entry.target > entry.current, downtime_s, entry.observed_recovery_s,
                                          entry.predicted_recovery_s)
         if self.watch is not None and self.watch.decision_id == decision_id:

@@ -112,6 +112,14 @@ class Analysis:
         return self.recovery_times[scaleout - 1]
 
 
+def kind_of(current: int, target: int) -> DecisionKind:
+    """A change's kind, derived here only: "scale-out" to more workers, "scale-in" to fewer, else "no-change" (a
+    hold is named where the loop holds, never derived)."""
+    if target == current:
+        return "no-change"
+    return "scale-out" if target > current else "scale-in"
+
+
 @dataclass(frozen=True)
 class Decision:
     """The planner's answer: a target scale-out with its reasons, or a named hold."""

@@ -61,8 +61,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.status import STATUS
-from daedalus.connectors.store import DEFAULT_URL, KnowledgeStore, check_job_name, decode
+from daedalus.connectors.store import DEFAULT_URL, STATUS, JobStore, Store
 from daedalus.models.errors import DaedalusError, KnowledgeError
 from daedalus.models.knowledge import SCHEMA_VERSION
 from daedalus.models.types import ActionState
@@ -128,7 +127,7 @@ class StoreCollector:
     """Reads every job's status and knowledge at scrape time; one job's broken files never fail a scrape."""
 
     def __init__(self, store_url: str, jobs: list[str] | None = None) -> None:
-        self.store = KnowledgeStore(store_url)
+        self.store = Store(store_url)
         self.jobs = jobs  # None: every job folder in the store
         self._lock = threading.Lock()  # scrapes may run concurrently (threading HTTP server)
         self._errors: Counter[str] = Counter()
@@ -141,7 +140,7 @@ class StoreCollector:
         started = time.perf_counter()
         families = _families()
         try:
-            if not self.store.fs.exists(self.store.root):
+            if not self.store.exists():
                 raise FileNotFoundError(f"{self.store.url} does not exist (has a loop written to this store yet?)")
             stored = self.store.jobs()
             families["store_up"].add_metric([], 1.0)
@@ -180,12 +179,11 @@ class StoreCollector:
         elif before and not error:
             log.info("%s is readable again", what)
 
-    def _status(self, job: str) -> dict[str, Any] | None:
-        """The job's status.json; None before its first run. Unlike `read_status`, a corrupt file raises: the
+    def _status(self, store: JobStore) -> dict[str, Any] | None:
+        """The job's status.json; None before its first run. Unlike the loop's reading, a corrupt file raises: the
         exporter must tell "not run yet" from "unreadable"."""
         try:
-            with self.store.fs.open(f"{self.store.root}/{job}/{STATUS}", "r") as f:
-                status = json.load(f)
+            status = store.read_json(STATUS, strict=True)
         except FileNotFoundError:
             return None
         if not isinstance(status, dict):
@@ -194,7 +192,7 @@ class StoreCollector:
 
     def _job(self, job: str, now: float) -> list[Sample]:
         """All samples of one job, or an exception: a job is exported whole or not at all."""
-        check_job_name(job)
+        store = self.store.job(job)  # checks the name
         out: list[Sample] = []
 
         def put(key: str, value: Any) -> None:
@@ -202,7 +200,7 @@ class StoreCollector:
             if number is not None:
                 out.append((key, [job], number))
 
-        s = self._status(job)
+        s = self._status(store)
         if s is not None:
             for key in ("current", "recommended", "capacity", "workload", "forecast_peak", "wape"):
                 put(key, s.get(key))
@@ -214,7 +212,7 @@ class StoreCollector:
             if s.get("kind") is not None:
                 info = {"kind": str(s["kind"]), "reason": reason_label(s.get("reasons") or [])}
                 out.append(("decision", [job], info))
-        state = self._knowledge(job)
+        state = self._knowledge(store)
         ledger = None if state is None else [dict(e) for e in state["ledger"]]
         if state is not None:
             out += _verification(job, ledger or [], state)
@@ -226,16 +224,15 @@ class StoreCollector:
                 put("observed", ledger[-1].get("observed_recovery_s"))
         return out
 
-    def _knowledge(self, job: str) -> dict[str, Any] | None:
+    def _knowledge(self, store: JobStore) -> dict[str, Any] | None:
         """The newest readable knowledge version as plain data (older ones when it is corrupt, as the loop falls
-        back); None before the first version. Read as plain data, not through `KnowledgeStore.load`: a whole
+        back); None before the first version. Read as plain data, not through `JobStore.load`: a whole
         Knowledge restores the fitted forecast model, seconds of statsmodels imports and milliseconds per job and
         scrape, to count a few states."""
         problems = []
-        for version in reversed(self.store.versions(job)):
+        for version in reversed(store.versions()):
             try:
-                with self.store.fs.open(self.store.path(job, version), "rb") as f:
-                    state = json.loads(decode(f.read()))
+                state = json.loads(store.payload(version))
                 if state.get("schema_version") != SCHEMA_VERSION:
                     raise KnowledgeError(f"schema version {state.get('schema_version')!r} is not {SCHEMA_VERSION}")
                 if not isinstance(state["ledger"], list):

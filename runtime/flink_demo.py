@@ -36,7 +36,7 @@ import yaml
 
 from daedalus.connectors import targets
 from daedalus.connectors.jobs import parse_jobs
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
@@ -276,7 +276,7 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan(), workdir: Path | None = None
         trace = Trace.of(rates, int(time.time() * 1000) + 5000)
         knowledge = compressed_knowledge(cfg, plan.speedup)
         knowledge.last_observation_end = trace.start_ms / 1000  # the first loop reads from the job's start only
-        KnowledgeStore(store_url).save(knowledge)
+        Store(store_url).job(JOB).save(knowledge)
         exporter.trace = trace
         job = TraceJob(JOB, trace.write(workdir / "trace.txt"), trace.start_ms, workdir / "output", work_us=WORK_US,
                        bottleneck_us=bottleneck_us)
@@ -308,7 +308,7 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan(), workdir: Path | None = None
         found = outages(log_file) if log_file else []
         if log_file is not None:
             (out / "jobmanager.log").write_text(log_file.read_text(errors="replace"))
-        knowledge = KnowledgeStore(store_url).load(JOB).knowledge
+        knowledge = Store(store_url).job(JOB).load().knowledge
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors.runs, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
@@ -357,7 +357,7 @@ def _loop(target: Target, cfg: LoopConfig, store_url: str, trace: Trace, flink: 
 
 def _action_time(store_url: str, decision: str, fallback: float) -> float:
     """When the ledger says the rescale was applied: the recovery is followed from there."""
-    k = KnowledgeStore(store_url).load(JOB).knowledge
+    k = Store(store_url).job(JOB).load().knowledge
     entry = k.entry(decision) if k else None
     return float(k.last_rescale) if (k is not None and entry is not None and k.last_rescale) else fallback
 

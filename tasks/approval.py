@@ -6,7 +6,8 @@ limits) or from `daedalus approve|reject`. The answer is checked against the job
 written) and posted to the job's inbox; the loop's next run applies it (models/loop/messages.py checks again).
 An unanswered proposal expires: the suspended run times out and the loop drops the proposal, nothing happens.
 `scale-job` posts a manual action the same way, refused outside the job's limits. The flows are in
-flows/approval.py; the kill switch and blackout windows in connectors/switches.py.
+flows/approval.py; the kill switch is the job store's (connectors/store.py), the blackout windows are in
+connectors/switches.py.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from prefect.input import RunInput
 from pydantic import BaseModel, Field, create_model
 
 from daedalus.connectors.clock import WALL
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import JobSpec
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.errors import DaedalusError
 from daedalus.models.loop.messages import check_scaleout
 from daedalus.models.text import capacity_source, duration, utc
@@ -154,10 +154,11 @@ def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | No
         if refusal:
             raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.scaleout.min}, "
                           f"max {spec.scaleout.max} in the jobs file)")
-    k = KnowledgeStore(store_url).load(job).knowledge
+    store = Store(store_url).job(job)
+    k = store.load().knowledge
     if k is None:
         raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
-    for _, msg in Inbox(store_url).pending(job):
+    for _, msg in store.pending():
         if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
             raise Refused(f"proposal {proposal} was already answered ({msg.kind} by "
                           f"{msg.body.get('operator', '?')}); the loop applies it at its next run")
@@ -180,7 +181,7 @@ def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | Non
         body["scaleout"] = target
     else:
         body["reason"] = reason
-    msg = Inbox(store_url).post(spec.name, decision, body, now=job_now(spec, store_url))
+    msg = Store(store_url).job(spec.name).post(decision, body, now=job_now(spec, store_url))
     return {"job": spec.name, "proposal": proposal, "decision": decision, "scaleout": body.get("scaleout"),
             "operator": operator, "message": msg.id}
 
@@ -243,4 +244,4 @@ def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, 
     if not reason.strip():
         raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
     body = {"scaleout": scaleout, "reason": reason, "operator": operator, "wall": WALL.now()}  # when it was asked
-    return Inbox(store_url).post(spec.name, "scale", body, now=job_now(spec, store_url)).id
+    return Store(store_url).job(spec.name).post("scale", body, now=job_now(spec, store_url)).id

@@ -26,7 +26,7 @@ from daedalus.connectors.replay import (
     replay_group,
 )
 from daedalus.connectors.spark import SparkSettings, read_lake, session
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.errors import ValidationError
 from daedalus.models.expectations import ValidationReport
 from daedalus.models.text import number
@@ -69,7 +69,7 @@ def learned_downtimes(store_url: str | None, job: str) -> tuple[float, float] | 
     """The job's downtimes (out, in) where its knowledge learned them from observed recoveries; else None."""
     if store_url is None:
         return None
-    knowledge = KnowledgeStore(store_url).load(job).knowledge
+    knowledge = Store(store_url).job(job).load().knowledge
     if knowledge is None or knowledge.downtime.observations == 0:
         return None
     return knowledge.downtime.out_s, knowledge.downtime.in_s

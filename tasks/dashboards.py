@@ -7,8 +7,8 @@ and with news (an action, or every `PLOT_EVERY`th loop) its capacity and forecas
   recovery times (when the ledger changed), as markdown with a block per entry, whose lines wrap at the UI's width;
 - `forecast-plot-<job>`: workload forecast against what actually arrived, with its WAPE (models/forecast/versus.py),
   as a PNG embedded in markdown (the UI renders markdown images; a data: URI needs no file server).
-It also writes the job's status and forecast record (connectors/status.py). The `fleet-overview` flow
-(flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
+The publish task also writes the job's status and forecast record (through the job store, connectors/store.py). The
+`fleet-overview` flow (flows/dashboards.py) gathers every job's status into one `fleet-overview` table.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daedalus.connectors.status import read_status
+from daedalus.connectors.store import Store
 from daedalus.models.forecast.versus import (
     FORECAST_STEP_S,
     actual_steps,
@@ -271,13 +271,13 @@ def last_action_text(last: dict[str, Any] | None) -> str:
     return f"{last['from']} → {last['to']} {last['state']} at {utc(last['time'], zone=False, unknown='')}{who}"
 
 
-def fleet_rows(jobs: list[tuple[str, str]], store_url: str, wall_now: float,
+def fleet_rows(jobs: list[tuple[str, str]], store: Store, wall_now: float,
                on_job: Any = None) -> list[dict[str, str]]:
     """One row per (job, mode in the jobs file): health and the scale-out (now → recommended) first, then the
     last decision and action, a pending proposal, and when the last loop ran."""
     rows = []
     for n, (job, mode) in enumerate(jobs, start=1):
-        s = read_status(store_url, job)
+        s = store.job(job).status()
         if s is None:
             rows.append({"job": job, "health": "no loop has run yet", "scale-out": "", "mode": mode, "decision": "",
                          "last action": "", "pending proposal": "", "last loop (UTC)": ""})

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from daedalus.connectors.clock import WALL
-from daedalus.connectors.status import FORECASTS, STATUS, read_json, read_status, write_json
+from daedalus.connectors.store import FORECASTS, STATUS, JobStore
 from daedalus.models.forecast.versus import record_forecast
 from daedalus.tasks.artifacts import artifact_key, decision_artifacts
 from daedalus.tasks.dashboards import (
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 @task(name="publish", cache_policy=NO_CACHE)
-def publish(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop: str | None,
+def publish(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, stop: str | None,
                        version: int | None) -> None:
     """The decision artifact; status and forecast record; the other artifacts when there is news.
 
@@ -40,15 +40,15 @@ def publish(it: Iteration, knowledge: Knowledge, store_url: str, mode: str, stop
     """
     job = knowledge.job
     wall = WALL.now()
-    previous = read_status(store_url, job) or {}
+    previous = store.status() or {}
     news = (knowledge.loops % PLOT_EVERY == 1 or it.action is not None) and \
         wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
     decision_artifacts(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
     record = {**status_record(it, knowledge, mode, stop, wall),
               "news_wall": wall if news else previous.get("news_wall")}
-    history = record_forecast(read_json(store_url, job, FORECASTS), it.analysis.forecast)
-    write_json(store_url, job, FORECASTS, history)
-    write_json(store_url, job, STATUS, record)
+    history = record_forecast(store.read_json(FORECASTS), it.analysis.forecast)
+    store.write_json(FORECASTS, history)
+    store.write_json(STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
                                  description=f"{job}: the scaling ledger, newest first: every rescale decided, "

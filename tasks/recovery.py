@@ -22,7 +22,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.store import Store
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.ports import Target
@@ -125,7 +125,7 @@ def follow_task(target: Target, decision: str, rescale_time: float, predicted_re
 @task(name="record-recovery", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
 def record(store_url: str, recovery: Recovery) -> None:
     """Post the observed recovery to the job's inbox; the loop records it in the ledger and learns the downtime."""
-    Inbox(store_url).post(recovery.job, "recovered", {
+    Store(store_url).job(recovery.job).post("recovered", {
         "decision": recovery.decision, "observed_recovery_s": recovery.observed_recovery_s,
         "downtime_s": recovery.downtime_s})
 

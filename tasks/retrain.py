@@ -28,10 +28,9 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from threadpoolctl import threadpool_limits
 
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.spark import SparkSettings, read_lake, session
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.forecast import Forecaster, wape
 
 if TYPE_CHECKING:
@@ -68,9 +67,9 @@ class Outcome:
                 "model": self.model, "note": self.error}
 
 
-def current_model(store: KnowledgeStore, job: str) -> dict[str, Any] | None:
+def current_model(store: Store, job: str) -> dict[str, Any] | None:
     """The job's current forecaster configuration and model (None: no knowledge), read-only."""
-    knowledge = store.load(job).knowledge
+    knowledge = store.job(job).load().knowledge
     if knowledge is None:
         return None
     state = knowledge.forecaster.to_state()
@@ -194,7 +193,7 @@ def retrain_fleet(lake: Lake, store_url: str | None, until: float, history_s: fl
                   spark_settings: SparkSettings | None = None) -> list[Outcome]:
     """Backtest a new forecaster for every job of the lake (or `jobs`) in parallel; nothing is posted here."""
     spark = session(spark_settings)
-    store = KnowledgeStore(store_url) if store_url else None
+    store = Store(store_url) if store_url else None
     names = jobs if jobs is not None else lake.jobs()
     currents = {job: current_model(store, job) for job in names} if store else {}
     steps = {float((c or {}).get("config", {}).get("step_s", Forecaster().step_s)) for c in currents.values()}
@@ -215,11 +214,11 @@ def retrain_fleet(lake: Lake, store_url: str | None, until: float, history_s: fl
 
 def promote(store_url: str, outcomes: list[Outcome], now: float | None = None) -> list[str]:
     """Post the promoted forecasters to their jobs' inboxes; returns the jobs posted to."""
-    inbox = Inbox(store_url)
+    store = Store(store_url)
     posted = []
     for outcome in outcomes:
         if outcome.status == "promoted" and outcome.state is not None:
-            inbox.post(outcome.job, "forecaster", {"state": outcome.state}, now=now)
+            store.job(outcome.job).post("forecaster", {"state": outcome.state}, now=now)
             posted.append(outcome.job)
     return posted
 

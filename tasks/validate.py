@@ -25,11 +25,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import JobStore, Store
 from daedalus.models.expectations import (
     STEP_COLUMNS,
     Check,
@@ -274,12 +273,12 @@ def validate_window(lake_url: str, since: float, until: float, settings: SuiteSe
     return validate(Lake(lake_url), since, until, settings, spark_settings, jobs)
 
 
-def _quarantined(store: KnowledgeStore, inbox: Inbox, job: str) -> bool:
+def _quarantined(store: JobStore) -> bool:
     """Quarantined now, or about to be (a quarantine message the loop has not applied yet)."""
-    waiting = [m.kind for _, m in inbox.pending(job) if m.kind in ("quarantine", "release")]
+    waiting = [m.kind for _, m in store.pending() if m.kind in ("quarantine", "release")]
     if waiting:
         return waiting[-1] == "quarantine"
-    knowledge = store.load(job).knowledge
+    knowledge = store.load().knowledge
     return knowledge is not None and knowledge.quarantine is not None
 
 
@@ -289,26 +288,27 @@ def post_release(spec: JobSpec, reason: str, operator: str, store_url: str) -> C
     run, with who released it and why."""
     if not reason.strip():
         raise Refused(f"release of {spec.name!r} refused: give a reason; it goes into the ledger")
-    inbox = Inbox(store_url)
-    if not _quarantined(KnowledgeStore(store_url), inbox, spec.name):
+    store = Store(store_url).job(spec.name)
+    if not _quarantined(store):
         raise Refused(f"release of {spec.name!r} refused: {spec.name} is not quarantined (or its release already "
                       "waits for its loop)")
-    return inbox.post(spec.name, "release", {"operator": operator, "reason": reason})
+    return store.post("release", {"operator": operator, "reason": reason})
 
 
 @task(name="quarantine-or-release", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
 def quarantine_or_release(store_url: str, report: ValidationReport) -> dict[str, list[str]]:
     """Quarantine every job that failed (its loop holds and says why); release a quarantined job that passed."""
-    store, inbox = KnowledgeStore(store_url), Inbox(store_url)
+    root = Store(store_url)
     out: dict[str, list[str]] = {"quarantined": [], "released": []}
     stamp = datetime.fromtimestamp(report.until, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     for job, verdict in report.jobs.items():
+        store = root.job(job)
         if not verdict.passed:
-            inbox.post(job, "quarantine", {"reason": f"metric validation of the window ending {stamp} failed: "
+            store.post("quarantine", {"reason": f"metric validation of the window ending {stamp} failed: "
                                                      f"{verdict.reason()}"})
             out["quarantined"].append(job)
-        elif _quarantined(store, inbox, job):
-            inbox.post(job, "release", {})
+        elif _quarantined(store):
+            store.post("release", {})
             out["released"].append(job)
     return out
 

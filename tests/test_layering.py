@@ -213,3 +213,117 @@ def test_no_connector_retries_or_polls_by_hand(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import time\nfor attempt in range(3):\n    time.sleep(1)\n")
     assert _sleeps_in_loops(probe) == [3]
+
+
+# One job store (connectors/store.py) opens a job's folder: one fsspec filesystem, one atomic write. fsspec is the
+# store's and the lake's (the metric-history lake is another system); a rename into place is the store's atomic
+# write, the lake's and the local Spark application's workdir (spark_local.py, outside the store).
+OPENERS = ("connectors", "tasks", "flows", "cli")  # the rooms that reach the store (runtime/ runs its own processes)
+FSSPEC_OWNERS = {"connectors/store.py", "connectors/lake.py"}
+RENAME_OWNERS = {"connectors/store.py", "connectors/lake.py", "connectors/spark_local.py"}
+
+
+def _folder_openings(path: Path) -> list[tuple[int, str]]:
+    """Where a module reaches a filesystem itself: fsspec imported or `url_to_fs` called (`fsspec`), or a file
+    renamed into place, `os.replace`/`os.rename` or a filesystem's `mv`/`rename` (`rename`)."""
+    out = [(line, "fsspec") for line, name in _imports(path) if name.split(".")[0] == "fsspec"]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "url_to_fs":
+            out.append((node.lineno, "fsspec"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr, owner = node.func.attr, node.func.value
+            if attr == "url_to_fs":
+                out.append((node.lineno, "fsspec"))
+            elif attr in ("mv", "rename") or (attr == "replace" and isinstance(owner, ast.Name) and owner.id == "os"):
+                out.append((node.lineno, "rename"))
+    return out
+
+
+def _store_breaches() -> list[str]:
+    wrong = []
+    for room in OPENERS:
+        for path in _modules()[room]:
+            rel = str(path.relative_to(ROOT))
+            for line, what in _folder_openings(path):
+                if rel not in (FSSPEC_OWNERS if what == "fsspec" else RENAME_OWNERS):
+                    wrong.append(f"{rel}:{line} {'uses fsspec' if what == 'fsspec' else 'renames a file into place'}")
+    return wrong
+
+
+def test_only_the_job_store_opens_a_jobs_folder() -> None:
+    wrong = _store_breaches()
+    assert not wrong, "a job's folder is the job store's (connectors/store.py: Store(url).job(name)):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_store_rule_can_fail() -> None:
+    bad = ROOT / "connectors" / "_store_probe.py"
+    bad.write_text("import os\nfrom fsspec.core import url_to_fs\n\ndef f(fs, a, b):\n    fs.mv(a, b)\n"
+                   "    os.replace(a, b)\n    return url_to_fs(a)\n")
+    try:
+        probe = [w.split(" ", 1) for w in _store_breaches() if w.startswith("connectors/_store_probe.py")]
+        assert [(where.rsplit(":", 1)[1], what) for where, what in probe] == [
+            ("2", "uses fsspec"), ("5", "renames a file into place"), ("6", "renames a file into place"),
+            ("7", "uses fsspec")]
+    finally:
+        bad.unlink()
+
+
+# The knowledge is the only writer of its ledger (ARCHITECTURE.md): no module but models/knowledge.py appends to or
+# rewrites `.ledger`, adds to a ledger entry's `.history` or moves an entry (`.mark(`). A `history` of one's own
+# (`self.history`: the local Flink cluster's) and the forecaster's WAPE history (models/forecast/) are not the ledger's.
+LEDGER_WRITER = "models/knowledge.py"
+OTHER_HISTORIES = ("models/forecast/",)
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}
+
+
+def _ledger_writes(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr, owner = node.func.attr, node.func.value
+            if attr == "mark":
+                out.append((node.lineno, "moves a ledger entry (.mark)"))
+            elif attr in MUTATORS and isinstance(owner, ast.Attribute) and owner.attr == "ledger":
+                out.append((node.lineno, f"changes a ledger (.ledger.{attr})"))
+            elif (attr in MUTATORS and isinstance(owner, ast.Attribute) and owner.attr == "history"
+                  and not (isinstance(owner.value, ast.Name) and owner.value.id == "self")):
+                out.append((node.lineno, f"writes an entry's history (.history.{attr})"))
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            t = t.value if isinstance(t, ast.Subscript) else t
+            if isinstance(t, ast.Attribute) and t.attr == "ledger":
+                out.append((node.lineno, "rewrites a ledger (.ledger =)"))
+    return out
+
+
+def _ledger_breaches() -> list[str]:
+    wrong = []
+    for paths in _modules().values():
+        for path in paths:
+            rel = str(path.relative_to(ROOT))
+            if rel == LEDGER_WRITER:
+                continue
+            for line, what in _ledger_writes(path):
+                if "history" in what and rel.startswith(OTHER_HISTORIES):
+                    continue
+                wrong.append(f"{rel}:{line} {what}")
+    return wrong
+
+
+def test_the_knowledge_is_the_only_writer_of_its_ledger() -> None:
+    wrong = _ledger_breaches()
+    assert not wrong, "write the ledger through the knowledge (record, note, move):\n" + "\n".join(wrong)
+
+
+def test_the_ledger_rule_can_fail() -> None:
+    bad = ROOT / "models" / "loop" / "_ledger_probe.py"
+    bad.write_text("def f(k, entry, self):\n    k.ledger.append(entry)\n    entry.history.append((0, 'x'))\n"
+                   "    entry.mark('executed', 0)\n    del k.ledger[:1]\n    self.history.append(1)\n")
+    try:
+        probe = sorted(w.split(" ", 1)[0].rsplit(":", 1)[1] for w in _ledger_breaches()
+                       if w.startswith("models/loop/_ledger_probe.py"))
+        assert probe == ["2", "3", "4", "5"]
+    finally:
+        bad.unlink()

@@ -39,8 +39,7 @@ def follow_recovery(k: Knowledge, obs: Observation, warmup_s: float, max_recover
     if obs.end - watch.rescale_time > max_recovery_s:
         entry = k.entry(watch.decision_id)
         if entry is not None:
-            entry.history.append((obs.end, f"recovery not observed within {max_recovery_s:.0f} s: "
-                                           f"{watch.tracker.status}"))
+            k.note(entry, obs.end, f"recovery not observed within {max_recovery_s:.0f} s: {watch.tracker.status}")
         k.watch = None
         return None
     watch.restart_time = track_recovery(watch.tracker, obs, watch.restart_time)

@@ -37,7 +37,7 @@ def _rescaled(knowledge: Knowledge, entry: LedgerEntry, at: float) -> None:
     followed = knowledge.watch
     older = knowledge.entry(followed.decision_id) if followed is not None else None
     if followed is not None and older is not None and older is not entry:
-        older.history.append((at, superseded_note(at - followed.rescale_time, entry.id)))
+        knowledge.note(older, at, superseded_note(at - followed.rescale_time, entry.id))
     knowledge.watch = RecoveryWatch(
         decision_id=entry.id, rescale_time=at, scaled_out=entry.target > entry.current,
         predicted_recovery_s=entry.predicted_recovery_s, tracker=RecoveryTracker(at, knowledge.anomaly),
@@ -59,7 +59,7 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
     previous_action = knowledge.last_action
     if not dry_run:
         entry.state = "executing"
-        entry.history.append((now, f"intent: {decision.current} → {decision.target}"))
+        knowledge.note(entry, now, f"intent: {decision.current} → {decision.target}")
         knowledge.last_action = now  # a run that dies from here on still leaves the grace period
         if journal is not None:
             journal(knowledge)  # durable before the target is touched
@@ -73,22 +73,20 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
         if reached == decision.target:
             entry.message = (f"{note}the target reports {reached} although the scaler failed ({exc}): the write "
                              "took effect")
-            entry.mark("executed", wall)
-            entry.history.append((now, "executed (the target reports it)"))
+            knowledge.move(entry, "executed", wall, now, "executed (the target reports it)")
             _rescaled(knowledge, entry, now)
             return ScalingAction(decision.id, now, decision.current, decision.target, "executed", entry.message)
         if readable and reached is None:  # unknown: the intent stays, for the next run to settle (reconcile)
             entry.message = f"unsettled: {exc}; the target's scale-out is no longer readable: the next run settles it"
-            entry.history.append((now, entry.message))
+            knowledge.note(entry, now, entry.message)
             return ScalingAction(decision.id, now, decision.current, decision.target, "executing", entry.message)
         knowledge.last_action = previous_action  # refused: nothing changed, the loop may try again
         entry.message = str(exc)
-        entry.mark("failed", wall)
-        entry.history.append((now, f"failed: {exc}"))
+        knowledge.move(entry, "failed", wall, now, f"failed: {exc}")
         return ScalingAction(decision.id, now, decision.current, decision.target, "failed", str(exc))
-    entry.mark("dry-run" if dry_run else "executed", wall)
+    state = "dry-run" if dry_run else "executed"
+    knowledge.move(entry, state, wall, now, state)
     entry.message = f"{note}{message}"
-    entry.history.append((now, entry.state))
     if not dry_run:
         _rescaled(knowledge, entry, now)
     return ScalingAction(decision.id, now, decision.current, decision.target, entry.state, entry.message)
@@ -114,12 +112,12 @@ def reconcile(knowledge: Knowledge, current: int | None, now: float, wall_now: f
         if entry.state != "executing" or current is None:
             continue
         if current == entry.target:
-            entry.mark("executed", now if wall_now is None else wall_now)
-            entry.history.append((now, f"reconciled: the target is at {current}, the run that applied it died"))
+            knowledge.move(entry, "executed", now if wall_now is None else wall_now, now,
+                           f"reconciled: the target is at {current}, the run that applied it died")
             _rescaled(knowledge, entry, entry.time)
         else:
-            entry.mark("abandoned", now if wall_now is None else wall_now)
-            entry.history.append((now, f"abandoned: the run died; the target is at {current}, not {entry.target}"))
+            knowledge.move(entry, "abandoned", now if wall_now is None else wall_now, now,
+                           f"abandoned: the run died; the target is at {current}, not {entry.target}")
             knowledge.last_action = max(knowledge.last_action or entry.time, entry.time)
         notes.append(f"unfinished action {entry.id} ({entry.current} → {entry.target}) {entry.state}: "
                      f"the target reports {current}")
@@ -132,8 +130,7 @@ def propose(decision: Decision, knowledge: Knowledge, now: float, ttl_s: float, 
     entry = knowledge.entry(decision.id) or _entry(decision, wall_now)
     if knowledge.entry(decision.id) is None:
         knowledge.record(entry)
-    entry.mark("proposed", now if wall_now is None else wall_now)
-    entry.history.append((now, "proposed"))
+    knowledge.move(entry, "proposed", now if wall_now is None else wall_now, now, "proposed")
     expires = (now if wall_now is None else wall_now) + ttl_s
     knowledge.pending = Proposal(decision.id, now, expires, decision.current, decision.target, decision.reasons)
     return ScalingAction(decision.id, now, decision.current, decision.target, "proposed",

@@ -70,8 +70,7 @@ def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | 
         return None
     entry = knowledge.entry(p.id)
     if entry is not None:
-        entry.mark("expired", wall_now)
-        entry.history.append((now, f"expired unanswered at {utc(p.expires)}: nothing was done"))
+        knowledge.move(entry, "expired", wall_now, now, f"expired unanswered at {utc(p.expires)}: nothing was done")
     knowledge.pending = None
     return p.id
 

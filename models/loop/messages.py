@@ -15,7 +15,7 @@ from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge, Override
 from daedalus.models.text import duration, utc
-from daedalus.models.types import Decision, LedgerEntry, ScalingAction
+from daedalus.models.types import Decision, LedgerEntry, ScalingAction, kind_of
 
 Kind = Literal["approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered", "forecaster"]
 KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quarantine", "release", "recovered",
@@ -81,15 +81,13 @@ def _supersede(k: Knowledge, out: Applied, by: str, now: float, wall_now: float)
     if earlier is not None:
         entry = k.entry(earlier.id)
         if entry is not None and entry.state in ("approved", "decided"):
-            entry.mark("superseded", wall_now)
-            entry.history.append((now, f"superseded by {by} before it was executed"))
+            k.move(entry, "superseded", wall_now, now, f"superseded by {by} before it was executed")
             out.notes.append(f"approved {earlier.id} superseded by {by}")
     p = k.pending
     if p is not None:
         entry = k.entry(p.id)
         if entry is not None:
-            entry.mark("superseded", wall_now)
-            entry.history.append((now, f"superseded by {by} while awaiting an operator"))
+            k.move(entry, "superseded", wall_now, now, f"superseded by {by} while awaiting an operator")
         k.pending = None
         out.closed.append((p.id, "superseded"))
         out.notes.append(f"proposal {p.id} superseded by {by}")
@@ -104,9 +102,8 @@ def check_scaleout(cfg: LoopConfig, scaleout: int) -> str | None:
 
 
 def _operator_decision(k: Knowledge, msg: ControlMessage, current: int, target: int, reason: str) -> Decision:
-    kind = "no-change" if target == current else ("scale-out" if target > current else "scale-in")
-    return Decision(id=msg.body.get("proposal") or msg.id, time=msg.time, kind=kind, current=current,
-                    target=target, reasons=(reason,))
+    return Decision(id=msg.body.get("proposal") or msg.id, time=msg.time, kind=kind_of(current, target),
+                    current=current, target=target, reasons=(reason,))
 
 
 def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig, current: int, now: float,
@@ -125,8 +122,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             entry = k.entry(p.id)
             if msg.kind == "reject":
                 if entry is not None:
-                    entry.mark("rejected", asked, who)
-                    entry.history.append((now, f"rejected by {who}: {b.get('reason', '')}".rstrip(": ")))
+                    k.move(entry, "rejected", asked, now, f"rejected by {who}: {b.get('reason', '')}".rstrip(": "), who)
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
                 continue
@@ -139,9 +135,8 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 out.notes.append(f"approval of {p.id} refused: {refusal}")
                 continue
             if entry is not None:
-                entry.mark("approved", asked, who)
                 entry.target = target
-                entry.history.append((now, f"approved by {who} at {target}"))
+                k.move(entry, "approved", asked, now, f"approved by {who} at {target}", who)
             k.pending = None
             _end_hold(k, wall_now)  # the operator took the loop's plan: the loop decides again
             out.decision, out.manual = _operator_decision(k, msg, current, target, f"approved by {who}"), False
@@ -156,9 +151,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             out.decision, out.manual = _operator_decision(
                 k, msg, current, target, f"manual scale by {who}: {b.get('reason') or 'no reason given'}"), True
             if out.decision.changes:
-                entry = _entry_of(out.decision, wall_now, who)
-                entry.events.append((asked, f"manual scale by {who}"))
-                k.record(entry)
+                k.record(_entry_of(out.decision, wall_now, who, asked))
             out.notes.append(f"manual scale by {who}: {current} → {target}")
         elif msg.kind in ("pause", "resume"):
             k.paused = msg.kind == "pause"
@@ -189,10 +182,11 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
     return out
 
 
-def _entry_of(d: Decision, wall_now: float, operator: str) -> LedgerEntry:
-    """The ledger entry of an operator's manual scale, recorded with who asked before execute applies it."""
+def _entry_of(d: Decision, wall_now: float, operator: str, asked: float) -> LedgerEntry:
+    """The ledger entry of an operator's manual scale, recorded with who asked (and when) before execute applies it."""
     return LedgerEntry(id=d.id, time=d.time, current=d.current, target=d.target, kind=d.kind, reasons=d.reasons,
-                       state="decided", wall=wall_now, operator=operator)
+                       state="decided", wall=wall_now, operator=operator,
+                       events=[(asked, f"manual scale by {operator}")])
 
 
 # --- an operator's manual scale holds ------------------------------------------------------------
@@ -209,8 +203,8 @@ def start_hold(cfg: LoopConfig, k: Knowledge, applied: Applied, action: ScalingA
     k.override = Override(action.decision_id, action.target, who, wall_now + cfg.manual_hold)
     if entry is not None:
         entry.held_until = k.override.until
-        entry.history.append((now, f"held at {action.target} until {utc(k.override.until)}: the loop keeps "
-                                   f"a manual scale for {duration(cfg.manual_hold)} (manual_hold), then plans again"))
+        k.note(entry, now, f"held at {action.target} until {utc(k.override.until)}: the loop keeps a manual scale "
+                           f"for {duration(cfg.manual_hold)} (manual_hold), then plans again")
 
 
 def _end_hold(k: Knowledge, wall_now: float) -> None:
@@ -232,7 +226,7 @@ def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float
         _end_hold(k, wall_now)
         entry = k.entry(o.decision_id)
         if entry is not None:
-            entry.history.append((now, "the hold ended: the loop plans again"))
+            k.note(entry, now, "the hold ended: the loop plans again")
         return d, f"the hold of {o.operator}'s manual scale to {o.scaleout} ended: the loop plans again"
     why = (f"held at {o.scaleout}: {o.operator} scaled by hand, so the loop takes no action of its own until "
            f"{utc(o.until)} (manual_hold {duration(cfg.manual_hold)})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from daedalus.models.capacity import verification as v
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge
-from daedalus.models.types import Analysis, Decision, Observation, ScalingAction
+from daedalus.models.types import Analysis, Decision, Observation, ScalingAction, kind_of
 
 
 def expect(k: Knowledge, action: ScalingAction | None, a: Analysis, stages: tuple[v.StageLoad, ...]) -> None:
@@ -65,8 +65,8 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
         k.verification = None
         return Verified(notes=notes)
     if now - p.executed > v.VERIFY_WINDOW * cfg.verify_after_s:
-        entry.history.append((now, f"not verified: no loaded, recovered observation at {p.target} within "
-                                   f"{v.VERIFY_WINDOW * cfg.verify_after_s:.0f} s"))
+        k.note(entry, now, f"not verified: no loaded, recovered observation at {p.target} within "
+                           f"{v.VERIFY_WINDOW * cfg.verify_after_s:.0f} s")
         k.verification = None
         return Verified(notes=notes)
     recovered = k.watch is None or k.watch.decision_id != p.decision_id
@@ -83,7 +83,7 @@ def verify(cfg: LoopConfig, obs: Observation, a: Analysis, k: Knowledge, now: fl
     result = v.Verification(p.decision_id, p.current, p.target, p.before, p.predicted, observed, verdict,
                             p.busy_before, v.busy_shares(obs.stages), k.bottleneck)
     entry.verdict, entry.capacity_ratio = verdict, round(result.ratio, 4)
-    entry.history.append((now, result.describe()))
+    k.note(entry, now, result.describe())
     k.verification = None
     undo = _undo(cfg, a, k, result, now) if verdict == "ineffective" else None
     return Verified(result, undo, (*notes, result.describe()))
@@ -109,6 +109,6 @@ def _undo(cfg: LoopConfig, a: Analysis, k: Knowledge, result: v.Verification, no
     if scaled_out:
         reasons += (f"no scale-out above {target} for {cfg.ceiling:.0f} s (until the bottleneck has room)",)
     recovery = a.recovery_time(target)
-    return Decision(id=f"{k.job}-{int(now)}", time=now, kind="scale-out" if target > a.scaleout else "scale-in",
+    return Decision(id=f"{k.job}-{int(now)}", time=now, kind=kind_of(a.scaleout, target),
                     current=a.scaleout, target=target, reasons=reasons,
                     predicted_recovery_s=recovery if recovery < float("inf") else None)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from daedalus.models.config import LoopConfig
 from daedalus.models.planning import mpc as planner_mpc
 from daedalus.models.text import duration
-from daedalus.models.types import Analysis, Decision
+from daedalus.models.types import Analysis, Decision, kind_of
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def plan(cfg: LoopConfig, a: Analysis, ctx: PlanContext, now: float) -> Decision
         notes.append(f"inside the grace period (last action {now - ctx.last_action:.0f} s ago, < {cfg.grace_s:.0f} s): "
                      f"a scale-out, since keeping {cur} would break the {cfg.latency_slo:.0f} s SLO itself")
     return Decision(
-        id=did, time=now, kind="scale-out" if target > cur else "scale-in", current=cur, target=target,
+        id=did, time=now, kind=kind_of(cur, target), current=cur, target=target,
         reasons=tuple(notes), predicted_recovery_s=_finite(a.recovery_time(target)),
     )
 

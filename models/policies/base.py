@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from daedalus.models.ports import Target
-from daedalus.models.types import Observation
+from daedalus.models.types import Observation, kind_of
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Baseline:
         if wanted == current:
             return Step("no-change", current, current, loop_ms, executed=False)
         target.scaler.scale(job, wanted, f"{self.name}-{int(now)}")
-        return Step("scale-out" if wanted > current else "scale-in", current, wanted, loop_ms, executed=True)
+        return Step(kind_of(current, wanted), current, wanted, loop_ms, executed=True)
 
 
 class Static(Baseline):

@@ -15,6 +15,7 @@ from daedalus.models.errors import ConfigurationError
 from daedalus.models.planning.oracle import Foresight, Plan, rescale_limit, solve
 from daedalus.models.policies.base import Step
 from daedalus.models.ports import Target
+from daedalus.models.types import kind_of
 
 MARGINS_S = (0.0, 3.0, 6.0, 10.0, 20.0, 40.0)  # latency margins tried in turn, seconds under the SLO
 
@@ -66,4 +67,4 @@ class Oracle:
         if wanted == current:
             return Step("no-change", current, current, loop_ms, executed=False)
         target.scaler.scale(target.job, wanted, f"oracle-{int(target.clock.now())}")
-        return Step("scale-out" if wanted > current else "scale-in", current, wanted, loop_ms, executed=True)
+        return Step(kind_of(current, wanted), current, wanted, loop_ms, executed=True)

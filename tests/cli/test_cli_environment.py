@@ -21,10 +21,8 @@ from typer.testing import CliRunner
 
 from daedalus.cli.main import app
 from daedalus.cli.settings import login
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.status import STATUS, write_json
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import STATUS, Store
 from daedalus.models.knowledge import Knowledge
 from daedalus.runtime.ports import free_port
 from tests.cli.test_cli_observe import closed_port
@@ -54,7 +52,7 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
 
 def _loop_ran(store: str, job: str, current: int, recommended: int, health: str = "ok") -> None:
     """The status file a loop run leaves (tasks/dashboards.py status_record)."""
-    write_json(store, job, STATUS, {
+    Store(store).job(job).write_json(STATUS, {
         "job": job, "wall": time.time(), "mode": "auto", "current": current, "recommended": recommended,
         "kind": "scale-out" if recommended > current else "no-change", "reasons": ["cheapest: keep"],
         "health": health, "capacity": 500_000.0, "workload": 250_000.0, "forecast_peak": 300_000.0,
@@ -103,7 +101,7 @@ def test_status_wide_adds_the_figures_and_the_reason(env):
 def test_status_of_one_job_shows_the_inbox_readably_and_as_json(env):
     spec = load_jobs(env["DAEDALUS_JOBS_FILE"]).job(OTHER)
     pid = with_proposal(spec, env["DAEDALUS_STORE"], created=time.time()).pending.id
-    Inbox(env["DAEDALUS_STORE"]).post(OTHER, "approve", {"proposal": pid, "scaleout": 7, "operator": "alice"})
+    Store(env["DAEDALUS_STORE"]).job(OTHER).post("approve", {"proposal": pid, "scaleout": 7, "operator": "alice"})
     code, out, _ = daedalus("status", OTHER)
     assert code == 0
     assert f"approve {pid} at scale-out 7 by alice" in out and "{" not in out  # not a Python dict
@@ -131,11 +129,11 @@ def test_operator_commands_post_to_the_store_and_check_the_jobs_file_of_the_envi
     if command[0] == "release":  # only a quarantined job can be released
         k = Knowledge.new(LONG, load_jobs(env["DAEDALUS_JOBS_FILE"]).job(LONG).loop_config())
         k.quarantine = "metric validation failed"
-        KnowledgeStore(env["DAEDALUS_STORE"]).save(k)
+        Store(env["DAEDALUS_STORE"]).job(k.job).save(k)
     before = time.time()
     code, out, err = daedalus(*command)
     assert code == 0, err
-    (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(LONG)
+    (_, msg), = Store(env["DAEDALUS_STORE"]).job(LONG).pending()
     assert msg.kind == command[0] and msg.body["operator"] == login()  # whom `daedalus config` names
     if command[0] == "scale":  # the ledger dates the manual scale when it was asked, not when a loop got to it
         assert before <= msg.body["wall"] <= time.time()
@@ -157,7 +155,7 @@ def test_approve_and_reject_answer_through_the_api_of_the_environment(monkeypatc
     assert code == 0, err
     (line,) = out.strip().splitlines()  # one JSON line for a script, not wrapped at 80 columns
     assert json.loads(line)["operator"] == login()
-    (_, msg), = Inbox(env["DAEDALUS_STORE"]).pending(OTHER)
+    (_, msg), = Store(env["DAEDALUS_STORE"]).job(OTHER).pending()
     assert (msg.kind, msg.body["proposal"]) == ("reject", pid) and created <= msg.body["wall"] <= time.time()
     monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")
     code, _, err = daedalus("approve", pid)

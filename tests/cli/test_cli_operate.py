@@ -9,11 +9,8 @@ import time
 import pytest
 
 from daedalus.cli import operate
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.status import write_json
-from daedalus.connectors.store import KnowledgeStore
-from daedalus.connectors.switches import kill_switch
+from daedalus.connectors.store import Store
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.types import LedgerEntry
 from tests.cli.cli_support import flat, tiny_app
@@ -62,8 +59,8 @@ def test_status_of_a_job_whose_older_loop_stored_infinite_values(fleet, jobs_fil
     k = Knowledge.new("wordcount", load_jobs(jobs_file).job("wordcount").loop_config())
     k.record(LedgerEntry("wordcount-1", T0, 4, 6, "scale-out", ("C_4 below the peak",), "executed", float("inf"),
                          None, "", [(T0, "executed")]))
-    KnowledgeStore(store_url).save(k)
-    write_json(store_url, "wordcount", "status.json", {
+    Store(store_url).job(k.job).save(k)
+    Store(store_url).job("wordcount").write_json("status.json", {
         "job": "wordcount", "mode": "auto", "wall": T0, "current": 6, "recommended": 6, "kind": "no-change",
         "health": "ok", "capacity": float("inf"), "workload": 120_000.0, "forecast_peak": None,
         "forecast_method": "linear", "wape": 3e-5, "reasons": ["kept"]})
@@ -88,8 +85,8 @@ def test_status_of_one_job_as_json_gives_values_with_dated_events(fleet, jobs_fi
     k.record(LedgerEntry("ads-1", T0, 4, 6, "scale-out", ("C_4 below the peak",), "executed", float("inf"), None,
                          "", [(T0, "proposed")], wall=T0, operator="alice",
                          events=[(T0, "proposed"), (T0 + 57, "approved by alice"), (T0 + 58, "executed")]))
-    KnowledgeStore(store_url).save(k)
-    write_json(store_url, "ads", "status.json", {
+    Store(store_url).job(k.job).save(k)
+    Store(store_url).job("ads").write_json("status.json", {
         "job": "ads", "mode": "approve", "time": T0 + 9_999, "wall": T0 + 61, "current": 6, "recommended": 6,
         "kind": "scale-out", "health": "ok", "capacity": 600_000.0, "workload": 120_000.0, "forecast_peak": None,
         "reasons": ["approved by alice"], "paused": False,
@@ -124,7 +121,7 @@ def test_approve_and_reject_without_a_prefect_api_say_so_and_how_to_set_it(fleet
         assert result.exit_code == 1
         text = flat(result.output)
         assert "no Prefect API configured: set PREFECT_API_URL" in text and "no approval run" not in text
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
 
 
 def test_an_unreachable_prefect_api_is_named_with_where_its_url_came_from(monkeypatch, fleet, jobs_file, store_url):
@@ -146,7 +143,7 @@ def test_approve_posts_the_answer_when_the_proposal_has_no_approval_run(monkeypa
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["decision"] == "approve" and answer["scaleout"] == 5 and answer["operator"] == "ana"
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert (msg.kind, msg.body["scaleout"], msg.body["operator"]) == ("approve", 5, "ana")
 
 
@@ -157,7 +154,7 @@ def test_reject_posts_the_answer_and_an_unknown_proposals_job_is_refused(monkeyp
     result = run("reject", pid, "--reason", "not now")
     assert result.exit_code == 0, result.output
     assert f"rejected {pid}" in flat(result.output)
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert (msg.kind, msg.body["reason"]) == ("reject", "not now")
     ghost = run("reject", "ghost-1767225600")
     assert ghost.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in flat(ghost.output)
@@ -168,13 +165,13 @@ def test_pause_and_resume_check_the_job_against_the_jobs_file(fleet, store_url):
     ghost = run("pause", "ghost")
     assert ghost.exit_code == 1 and "no job 'ghost'; known: wordcount, ads" in flat(ghost.output)
     assert run("resume", "ads").exit_code == 0
-    assert [m.kind for _, m in Inbox(store_url).pending("ads")] == ["pause", "resume"]
-    assert Inbox(store_url).pending("ghost") == []
+    assert [m.kind for _, m in Store(store_url).job("ads").pending()] == ["pause", "resume"]
+    assert Store(store_url).job("ghost").pending() == []
     assert run("pause").exit_code == 2  # neither a job nor --all
     assert run("pause", "--all", "--reason", "incident").exit_code == 0
-    assert kill_switch(store_url)["reason"] == "incident"
+    assert Store(store_url).kill_switch()["reason"] == "incident"
     assert "kill switch off" in run("resume", "--all").output
-    assert kill_switch(store_url) is None
+    assert Store(store_url).kill_switch() is None
 
 
 def test_a_job_named_without_any_jobs_file_creates_nothing(monkeypatch, store_url):
@@ -186,7 +183,7 @@ def test_a_job_named_without_any_jobs_file_creates_nothing(monkeypatch, store_ur
         assert result.exit_code == 1, (args, result.output)
         assert "no jobs file configured, so job 'nosuchjob' cannot be checked" in flat(result.output)
         assert "DAEDALUS_JOBS_FILE" in flat(result.output)
-    assert KnowledgeStore(store_url).jobs() == [] and Inbox(store_url).pending("nosuchjob") == []
+    assert Store(store_url).jobs() == [] and Store(store_url).job("nosuchjob").pending() == []
 
 
 def test_scale_stays_within_the_limits(fleet, store_url):
@@ -195,15 +192,15 @@ def test_scale_stays_within_the_limits(fleet, store_url):
     ok = run("scale", "ads", 6, "--reason", "test")
     assert ok.exit_code == 0, ok.output
     assert "manual scale of ads to 6 posted" in flat(ok.output)
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert msg.kind == "scale"
 
 
 def test_an_option_overrides_the_environment(monkeypatch, fleet, jobs_file, tmp_path):
     monkeypatch.setenv("DAEDALUS_STORE", str(tmp_path / "elsewhere"))
     assert run("pause", "ads", "--store", str(tmp_path / "store")).exit_code == 0
-    assert len(Inbox(str(tmp_path / "store")).pending("ads")) == 1
-    assert Inbox(str(tmp_path / "elsewhere")).pending("ads") == []
+    assert len(Store(str(tmp_path / "store")).job("ads").pending()) == 1
+    assert Store(str(tmp_path / "elsewhere")).job("ads").pending() == []
 
 
 def test_a_run_the_one_at_a_time_limit_cancelled_is_not_the_last_run():

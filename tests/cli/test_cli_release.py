@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from daedalus.cli import release
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.ports import Target
@@ -27,13 +26,13 @@ def test_release_lifts_the_quarantine_of_an_overloaded_job_and_the_loop_scales_i
     k.quarantine = "metric validation failed: workers_match_scaleout (1 rows)"
     sim.advance(60)
     assert iterate(target, k, PLAIN).decision.kind == "hold"
-    KnowledgeStore(store_url).save(k)
+    Store(store_url).job(k.job).save(k)
 
     result = run("release", "wordcount", "--reason", REASON, "--operator", "ana", "--jobs-file", jobs_file,
                  "--store", store_url)
     assert result.exit_code == 0, result.output
     assert "release of wordcount posted" in flat(result.output)
-    waiting = Inbox(store_url).pending("wordcount")
+    waiting = Store(store_url).job("wordcount").pending()
     (_, msg), = waiting
     assert (msg.kind, msg.body) == ("release", {"operator": "ana", "reason": REASON})
 
@@ -56,10 +55,10 @@ def test_release_refuses_unknown_jobs_jobs_not_quarantined_and_a_missing_reason(
     assert free.exit_code == 1 and "ads is not quarantined" in flat(free.output)
     assert run("release", "ads", *where).exit_code == 2  # --reason is required
 
-    Inbox(store_url).post("ads", "quarantine", {"reason": "cpu_in_range (3 rows)"})  # not applied yet: releasable
+    Store(store_url).job("ads").post("quarantine", {"reason": "cpu_in_range (3 rows)"})  # not applied yet: releasable
     blank = run("release", "ads", "--reason", " ", *where)
     assert blank.exit_code == 1 and "give a reason" in flat(blank.output)
     assert run("release", "ads", "--reason", REASON, *where).exit_code == 0
     again = run("release", "ads", "--reason", REASON, *where)
     assert again.exit_code == 1 and "ads is not quarantined" in flat(again.output)
-    assert [m.kind for _, m in Inbox(store_url).pending("ads")] == ["quarantine", "release"]
+    assert [m.kind for _, m in Store(store_url).job("ads").pending()] == ["quarantine", "release"]

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from daedalus.cli import deploy, jobs, operate, settings
-from daedalus.connectors.inbox import Inbox
+from daedalus.connectors.store import Store
 from tests.cli.cli_support import flat, tiny_app
 from tests.cli.test_cli_deploy import fake_api
 
@@ -100,7 +100,7 @@ def test_deploy_writes_the_settings_every_later_command_uses(monkeypatch, jobs_f
     assert table["store"] == (str(store), "file") and table["pool"] == ("fleet", "file")
     assert table["prefect_api_url"] == (prefect_api_url, "file")
     assert run("pause", "ads", "--reason", "r").exit_code == 0
-    assert [m.kind for _, m in Inbox(str(store)).pending("ads")] == ["pause"]
+    assert [m.kind for _, m in Store(str(store)).job("ads").pending()] == ["pause"]
     assert "2 job(s), valid" in flat(run("check").output)
     status = flat(run("status").output)
     assert f"2 job(s) in {store}" in status and "store only" not in status  # the saved API answered

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from daedalus.cli.step import step
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from tests.cli.cli_support import flat, tiny_app
 
 pytestmark = pytest.mark.slow  # a Prefect API starts for the flow runs
@@ -38,7 +38,7 @@ def test_one_step_decides_through_the_flow_and_writes_its_json(prefect_harness, 
     assert report["decision"]["kind"] == "scale-in" and report["decision"]["current"] == 12
     assert report["executed"] is False and report["action"] == "dry-run"
     assert f"wc: scale-in 12 → {report['decision']['target']} (dry-run)" in flat(result.output)
-    assert KnowledgeStore(str(store)).versions("wc") == [report["knowledge_version"]]
+    assert Store(str(store)).job("wc").versions() == [report["knowledge_version"]]
 
 
 def test_an_unknown_job_or_a_past_moment_on_the_simulator_fail_with_a_reason(prefect_harness, sim_jobs, tmp_path):
@@ -47,4 +47,4 @@ def test_an_unknown_job_or_a_past_moment_on_the_simulator_fail_with_a_reason(pre
     assert unknown.exit_code == 1 and "no job 'nosuch'; known: wc" in flat(unknown.output)
     at = run("step", "wc", "--jobs-file", sim_jobs, "--store", tmp_path / "store", "--at", "1767225600")
     assert at.exit_code == 1 and "runs on its own clock" in flat(at.output)
-    assert KnowledgeStore(str(tmp_path / "store")).jobs() == []  # nothing was created for either
+    assert Store(str(tmp_path / "store")).jobs() == []  # nothing was created for either

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daedalus.connectors.store import MAGIC, KnowledgeStore, decode, encode
+from daedalus.connectors.store import MAGIC, Store, decode, encode
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import KnowledgeError
 from daedalus.models.knowledge import Knowledge
@@ -28,14 +28,14 @@ def test_a_garbled_header_is_a_knowledge_error(header):
 
 @pytest.mark.parametrize("header", GARBLED[:2])
 def test_the_store_falls_back_past_a_version_with_a_garbled_header(tmp_path, header):
-    store = KnowledgeStore(str(tmp_path / "k"))
+    store = Store(str(tmp_path / "k"))
     knowledge = Knowledge.new("j", LoopConfig())
     for loops in (1, 2):
         knowledge.loops = loops
-        store.save(knowledge)
-    newest = Path(store.path("j", 2))
+        store.job(knowledge.job).save(knowledge)
+    newest = Path(store.job("j").path(2))
     newest.write_bytes(header + b"\n" + newest.read_bytes().partition(b"\n")[2])
-    loaded = store.load("j")
+    loaded = store.job("j").load()
     assert (loaded.version, loaded.knowledge.loops) == (1, 1)
     assert loaded.warnings == [f"knowledge version 2 of 'j' is unreadable (malformed header {header!r}); falling back"]
 

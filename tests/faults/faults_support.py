@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.types import LedgerEntry
 from daedalus.runtime.ports import free_port
 from daedalus.runtime.prometheus import local_prometheus
@@ -385,7 +385,7 @@ def step_process(job: str, jobs: Path, store: Path, at: float | None, kube: Kube
 # --- what every case checks ------------------------------------------------------------------------------------
 
 def ledger(store: Path, job: str) -> list[LedgerEntry]:
-    loaded = KnowledgeStore(str(store)).load(job)
+    loaded = Store(str(store)).job(job).load()
     return [] if loaded.knowledge is None else list(loaded.knowledge.ledger)
 
 
@@ -430,5 +430,5 @@ def check_ledger(store: Path, job: str, report: dict[str, Any] | None) -> list[L
             assert (mine[0].current, mine[0].target) == (d["current"], d["target"])
         else:
             assert mine == [] and report["action"] is None, (d, mine)
-        assert KnowledgeStore(str(store)).versions(job)[-1] == report["knowledge_version"]
+        assert Store(str(store)).job(job).versions()[-1] == report["knowledge_version"]
     return entries

@@ -1,7 +1,7 @@
 """Soak: one job stepped 1,000 times under randomly injected faults (issue 11).
 
 The loop body (`models.loop.iteration.iterate`) runs in process with the real `KubernetesScaler` against the loopback
-API (tests/connectors/fake_kube.py) and the real `KnowledgeStore` as its journal, as the `mape-k` flow runs it: each
+API (tests/connectors/fake_kube.py) and the real job store as its journal, as the `mape-k` flow runs it: each
 iteration loads the newest readable version, iterates (the intent written through the journal, `store.save`, before
 the target is touched) and saves. The metrics come from a simulated job whose scale-out follows the Deployment.
 
@@ -36,7 +36,7 @@ import pytest
 from kubernetes import client
 
 from daedalus.connectors.kubernetes import KubernetesScaler
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
@@ -210,7 +210,7 @@ class DyingStore:
     """The real store as the journal. An action's faults are drawn when its intent is written; the run may die in
     the middle of that write (a temporary file left half-written, never renamed into place)."""
 
-    def __init__(self, store: KnowledgeStore, faults: Faults) -> None:
+    def __init__(self, store: Store, faults: Faults) -> None:
         self.store, self.faults = store, faults
         self.draw = True
 
@@ -219,11 +219,11 @@ class DyingStore:
         if self.faults.action == "kill-mid-write":
             self.faults.fire("kill-mid-write")
             blob = k.to_bytes()
-            folder = Path(self.store.path(k.job, 1)).parent
+            folder = Path(self.store.job(k.job).path(1)).parent
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f".tmp-killed-{time.monotonic_ns()}").write_bytes(blob[: len(blob) // 2])
             raise Killed
-        return self.store.save(k)
+        return self.store.job(k.job).save(k)
 
 
 # --- memory -------------------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
                             client.ApiClient(client.Configuration(host=url)), ready_timeout_s=1.0,
                             request_timeout_s=TIMEOUT_S, sleep=sleeps.append)
     scaler = DyingScaler(real, fake, faults)
-    store = KnowledgeStore(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"))
     dying = DyingStore(store, faults)
     target = Target(JOB, metrics=source, scaler=scaler, clock=source, config=cfg)
     kinds: Counter[str] = Counter()
@@ -313,13 +313,13 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
         faults.start_iteration(draw)
         dying.draw = draw
         sim.advance(60)
-        k = store.load(JOB).knowledge or Knowledge.new(JOB, cfg)
+        k = store.job(JOB).load().knowledge or Knowledge.new(JOB, cfg)
         try:
             it = iterate(target, k, PLAIN, journal=dying.journal)
             if faults.action == "kill-before-record":
                 faults.fire("kill-before-record")
                 raise Killed
-            store.save(k)
+            store.job(k.job).save(k)
             kinds[it.decision.kind] += 1
             sizes[i - 1] = _graph(it.observation)
             del it
@@ -331,13 +331,13 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
         fake.requests.clear()  # the accounting keeps only the writes (fake.changes, scaler.writes)
         if i in (FIRST, LAST):
             gc.collect()
-            ledger = store.load(JOB).knowledge.ledger
+            ledger = store.job(JOB).load().knowledge.ledger
             objects, size = _graph((ledger, scaler.writes, fake.changes, sleeps))  # and the test's own records
             memory[i] = {"blocks": sys.getallocatedblocks(), "malloc": _malloc_in_use(), "rss": _rss_mib(),
                          "ledger_objects": objects, "ledger_bytes": size}
     elapsed = time.monotonic() - started
 
-    final = store.load(JOB).knowledge
+    final = store.job(JOB).load().knowledge
     assert final is not None
     entries = {e.id: e for e in final.ledger}
     changes = [(b, a) for _, b, a in fake.changes if b != a]

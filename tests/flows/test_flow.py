@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.sorting import FlowRunSort
 
 from daedalus.cli.simulate import FlowPolicy
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.sim.runner import JOB, run
 from daedalus.sim.scenario import scenario
 from daedalus.sim.workloads import sine_workload
@@ -37,11 +37,11 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
     result = run(workload, FlowPolicy(store_url), sim_config, loop_config, seed=0)
 
     # Every loop ran and the knowledge of the last one is persisted, older versions kept to fall back on.
-    store = KnowledgeStore(store_url)
+    store = Store(store_url)
     # One version per loop, plus one per executed action: its intent is written before the target is touched.
-    assert store.versions(JOB)[-1] == 60 + result.rescales
-    assert len(store.versions(JOB)) == store.keep
-    knowledge = store.load(JOB).knowledge
+    assert store.job(JOB).versions()[-1] == 60 + result.rescales
+    assert len(store.job(JOB).versions()) == store.keep
+    knowledge = store.job(JOB).load().knowledge
     assert knowledge.loops == 60 and knowledge.forecaster.fitted
 
     # The workload was served: what arrived was processed, but for the last seconds in flight.

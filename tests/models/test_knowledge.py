@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daedalus.connectors.inbox import Inbox
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError, KnowledgeError
 from daedalus.models.knowledge import Knowledge, Proposal
@@ -60,43 +59,43 @@ def test_unreadable_knowledge_raises_knowledge_error(blob):
 
 
 def test_store_versions_prune_and_fall_back(tmp_path):
-    store = KnowledgeStore(str(tmp_path / "k"), keep=3)
+    store = Store(str(tmp_path / "k"), keep=3)
     k = learned()
     for n in range(5):
         k.loops = n
-        assert store.save(k) == n + 1
-    assert store.versions("j") == [3, 4, 5]
-    newest = store.path("j", 5)
+        assert store.job(k.job).save(k) == n + 1
+    assert store.job("j").versions() == [3, 4, 5]
+    newest = store.job("j").path(5)
     data = Path(newest).read_bytes()
     Path(newest).write_bytes(data[: len(data) // 2])  # half-written
-    loaded = store.load("j")
+    loaded = store.job("j").load()
     assert loaded.version == 4 and loaded.knowledge.loops == 3
     assert "truncated" in loaded.warnings[0]
-    Path(store.path("j", 4)).write_bytes(data.replace(b'"loops":4', b'"loops":7'))  # bit rot
-    loaded = store.load("j")
+    Path(store.job("j").path(4)).write_bytes(data.replace(b'"loops":4', b'"loops":7'))  # bit rot
+    loaded = store.job("j").load()
     assert loaded.version == 3 and "checksum mismatch" in loaded.warnings[1]
     assert not [p for p in (tmp_path / "k" / "j").iterdir() if p.name.startswith(".tmp")]
 
 
 def test_store_rejects_unsafe_job_names(tmp_path):
     with pytest.raises(ConfigurationError, match="not allowed"):
-        KnowledgeStore(str(tmp_path)).versions("../etc")
+        Store(str(tmp_path)).job("../etc").versions()
 
 
 def test_inbox_messages_are_applied_once_and_refused_outside_limits(tmp_path):
-    inbox = Inbox(str(tmp_path))
+    inbox = Store(str(tmp_path)).job("j")
     k = learned()
     cfg = LoopConfig(max_scaleout=4)
-    inbox.post("j", "approve", {"proposal": "j-1", "scaleout": 9, "operator": "ana"}, now=T0 + 1)
-    applied = apply_messages(k, [m for _, m in inbox.pending("j")], cfg, current=2, now=T0 + 2)
+    inbox.post("approve", {"proposal": "j-1", "scaleout": 9, "operator": "ana"}, now=T0 + 1)
+    applied = apply_messages(k, [m for _, m in inbox.pending()], cfg, current=2, now=T0 + 2)
     assert applied.decision is None and "outside the job's limits [1, 4]" in applied.notes[0]
     assert k.pending is not None
-    inbox.ack([p for p, _ in inbox.pending("j")])
-    inbox.post("j", "approve", {"proposal": "j-1", "scaleout": 4, "operator": "ana"}, now=T0 + 3)
-    applied = apply_messages(k, [m for _, m in inbox.pending("j")], cfg, current=2, now=T0 + 4)
+    inbox.ack([p for p, _ in inbox.pending()])
+    inbox.post("approve", {"proposal": "j-1", "scaleout": 4, "operator": "ana"}, now=T0 + 3)
+    applied = apply_messages(k, [m for _, m in inbox.pending()], cfg, current=2, now=T0 + 4)
     assert (applied.decision.current, applied.decision.target, k.pending) == (2, 4, None)
     assert k.entry("j-1").state == "approved"
-    again = apply_messages(k, [m for _, m in inbox.pending("j")], cfg, current=2, now=T0 + 5)
+    again = apply_messages(k, [m for _, m in inbox.pending()], cfg, current=2, now=T0 + 5)
     assert again.decision is None and "no such pending proposal" in again.notes[0]
 
 

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daedalus.cli.operate import job_detail
-from daedalus.connectors.status import STATUS, write_json
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import STATUS, Store
 from daedalus.models.capacity import CapacityModel
 from daedalus.models.capacity import verification as v
 from daedalus.models.config import LoopConfig
@@ -298,8 +297,8 @@ def test_the_verdict_and_the_bottleneck_show_in_the_ledger_status_dashboard_and_
     assert record["bottleneck"]["stage"] == "aggregate" and record["bottleneck"]["scalable"] is False
     assert record["ceiling"]["scaleout"] == 2 and record["verdict"]["verdict"] in ("effective", "ineffective")
     url = str(tmp_path / "store")
-    KnowledgeStore(url).save(k)
-    write_json(url, "sim", STATUS, record)
+    Store(url).job(k.job).save(k)
+    Store(url).job("sim").write_json(STATUS, record)
     samples = {key: value for key, _, value in StoreCollector(url)._job("sim", 0.0)}
     assert samples["bottleneck"] == {"stage": "aggregate", "scalable": "false"}
     assert samples["ceiling"] == 2.0 and samples["verdict"]["verdict"] == record["verdict"]["verdict"]

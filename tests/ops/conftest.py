@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from daedalus.connectors.jobs import JobSpec, load_jobs
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.knowledge import Knowledge, Proposal
 from daedalus.models.types import LedgerEntry
 
@@ -50,7 +50,7 @@ def with_proposal(spec: JobSpec, store_url: str, current: int = 4, target: int =
                          reasons=("C_4 below the forecast peak",), state="proposed", predicted_recovery_s=120.0,
                          history=[(created, "proposed")]))
     k.pending = Proposal(pid, created, created + ttl, current, target, ("C_4 below the forecast peak",))
-    KnowledgeStore(store_url).save(k)
+    Store(store_url).job(k.job).save(k)
     return k
 
 

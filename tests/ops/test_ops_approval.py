@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from daedalus.connectors.inbox import Inbox
-from daedalus.connectors.store import KnowledgeStore
-from daedalus.connectors.switches import clear_kill_switch, kill_switch, set_kill_switch, stop_reason
+from daedalus.connectors.store import Store
+from daedalus.connectors.switches import stop_reason
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.loop.messages import apply_messages
@@ -75,14 +74,14 @@ def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads
     k = with_proposal(ads, store_url, created=time.time())
     with pytest.raises(Refused, match=r"scale-out 11 is outside the job's limits \[2, 10\].*max 10"):
         post_answer(ads, k.pending.id, "approve", 11, "ops", "", store_url)
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
 
 
 def test_expired_proposal_is_refused(ads, store_url):
     k = with_proposal(ads, store_url, created=T0)  # expired long ago on the wall clock
     with pytest.raises(Refused, match="expired at 2026-01-01 00:10:00 UTC"):
         post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url)
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
 
 
 def test_answered_proposals_are_refused(ads, store_url):
@@ -94,11 +93,11 @@ def test_answered_proposals_are_refused(ads, store_url):
     with pytest.raises(Refused, match=r"already answered \(approve by alice\)"):
         post_answer(ads, pid, "reject", None, "bob", "no", store_url)
     # The loop applies it; afterwards the ledger says what became of it.
-    waiting = Inbox(store_url).pending("ads")
+    waiting = Store(store_url).job("ads").pending()
     applied = apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
     assert applied.decision is not None and (applied.decision.current, applied.decision.target) == (4, 8)
-    Inbox(store_url).ack([p for p, _ in waiting])
-    KnowledgeStore(store_url).save(k)
+    Store(store_url).job("ads").ack([p for p, _ in waiting])
+    Store(store_url).job(k.job).save(k)
     with pytest.raises(Refused, match="no longer pending: it was approved"):
         post_answer(ads, pid, "approve", None, "bob", "", store_url)
     with pytest.raises(Refused, match="has no proposal ads-1"):
@@ -108,7 +107,7 @@ def test_answered_proposals_are_refused(ads, store_url):
 def test_reject_posts_the_reason(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
     post_answer(ads, k.pending.id, "reject", None, "carol", "peak is over", store_url)
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     answered = msg.body.pop("wall")  # when carol answered: the ledger dates the rejection then
     assert k.pending.created <= answered <= time.time()
     assert (msg.kind, msg.body) == ("reject", {"proposal": k.pending.id, "operator": "carol", "reason": "peak is over"})
@@ -127,24 +126,24 @@ def test_manual_scale_refusals_name_the_limits(ads, store_url):
         post_manual_scale(ads, 1, "test", "ops", store_url)
     with pytest.raises(Refused, match="give a reason"):
         post_manual_scale(ads, 5, " ", "ops", store_url)
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
     post_manual_scale(ads, 5, "load test at noon", "ops", store_url)
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert (msg.kind, msg.body["scaleout"], msg.body["reason"]) == ("scale", 5, "load test at noon")
 
 
 def test_kill_switch_and_blackout(ads, store_url):
     ten_thirty = datetime(2026, 1, 1, 10, 30, tzinfo=UTC).timestamp()
     evening = datetime(2026, 1, 1, 18, 0, tzinfo=UTC).timestamp()
-    assert stop_reason(store_url, ads, ten_thirty) == "blackout window 09:00–17:00 UTC"
-    assert stop_reason(store_url, ads, evening) is None
-    assert kill_switch(store_url) is None and not clear_kill_switch(store_url)
-    set_kill_switch(store_url, "dave", "incident 42")
-    assert kill_switch(store_url)["operator"] == "dave"
-    reason = stop_reason(store_url, ads, evening)
+    assert stop_reason(Store(store_url), ads, ten_thirty) == "blackout window 09:00–17:00 UTC"
+    assert stop_reason(Store(store_url), ads, evening) is None
+    assert Store(store_url).kill_switch() is None and not Store(store_url).clear_kill_switch()
+    Store(store_url).set_kill_switch("dave", "incident 42")
+    assert Store(store_url).kill_switch()["operator"] == "dave"
+    reason = stop_reason(Store(store_url), ads, evening)
     assert reason.startswith("kill switch for all jobs is on (set by dave") and reason.endswith("incident 42)")
-    assert KnowledgeStore(store_url).jobs() == []  # the flag is a file: no job folder appears
-    assert clear_kill_switch(store_url) and stop_reason(store_url, ads, evening) is None
+    assert Store(store_url).jobs() == []  # the flag is a file: no job folder appears
+    assert Store(store_url).clear_kill_switch() and stop_reason(Store(store_url), ads, evening) is None
 
 
 def _sim_target(seed: int = 0, hours: float = 1.0) -> tuple[Target, Simulator]:

@@ -10,9 +10,8 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from typer.testing import CliRunner
 
 from daedalus.cli.main import app
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.switches import kill_switch
+from daedalus.connectors.store import Store
 from tests.ops.conftest import T0, with_proposal
 
 
@@ -69,21 +68,21 @@ def test_deploy_writes_a_prefect_yaml(jobs_file, tmp_path):
 
 def test_pause_and_resume_one_job_or_all(jobs_file, store_url):
     assert run("pause", "ads", "--store", store_url, "--jobs-file", str(jobs_file), "--reason", "deploy").exit_code == 0
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert msg.kind == "pause" and msg.body["reason"] == "deploy"
     unknown = run("pause", "ghost", "--store", store_url, "--jobs-file", str(jobs_file))
     assert unknown.exit_code == 1 and "no job 'ghost'" in unknown.output
     assert run("pause", "--store", store_url).exit_code != 0  # neither a job nor --all
     assert run("pause", "--all", "--store", store_url, "--reason", "incident").exit_code == 0
-    assert kill_switch(store_url)["reason"] == "incident"
+    assert Store(store_url).kill_switch()["reason"] == "incident"
     assert run("resume", "--all", "--store", store_url).exit_code == 0
-    assert kill_switch(store_url) is None
+    assert Store(store_url).kill_switch() is None
 
 
 def test_manual_scale_outside_the_limits_is_refused(jobs_file, store_url):
     result = run("scale", "ads", "11", "--reason", "test", "--jobs-file", str(jobs_file), "--store", store_url)
     assert result.exit_code == 1 and "outside the job's limits [2, 10]" in result.output
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
     ok = run("scale", "ads", "9", "--reason", "test", "--jobs-file", str(jobs_file), "--store", store_url)
     assert ok.exit_code == 0
 
@@ -101,7 +100,7 @@ def test_approve_and_reject_without_an_approval_run(monkeypatch, jobs_file, stor
     assert ok.exit_code == 0, ok.output
     again = run("reject", pid, "--jobs-file", str(jobs_file), "--store", store_url)
     assert again.exit_code == 1 and "already answered" in again.output
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert (msg.kind, msg.body["scaleout"]) == ("approve", 9)
 
 
@@ -110,7 +109,7 @@ def test_an_expired_proposal_cannot_be_approved(monkeypatch, jobs_file, store_ur
     k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0)
     result = run("approve", k.pending.id, "--jobs-file", str(jobs_file), "--store", store_url)
     assert result.exit_code == 1 and "expired" in result.output
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
 
 
 def test_status_from_the_store_alone(jobs_file, store_url):

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from daedalus.connectors.status import read_status, write_json
+from daedalus.connectors.store import Store
 from daedalus.models.forecast.versus import FORECAST_KEEP_S, matched_wape, next_loop_forecast, record_forecast, steps_of
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
@@ -120,9 +120,9 @@ def test_forecast_plot_and_status_from_real_iterations(tmp_path):
     k.paused = True
     assert health(its[-1], k, None) == "paused (kill switch for this job)"
 
-    store = str(tmp_path / "store")
-    write_json(store, "sim", "status.json", record)
-    assert read_status(store, "sim") == record
+    store = Store(str(tmp_path / "store"))
+    store.job("sim").write_json("status.json", record)
+    assert store.job("sim").status() == record
     rows = fleet_rows([("sim", "auto"), ("new", "approve")], store, T0 + 30)
     assert list(rows[0])[:3] == ["job", "health", "scale-out"]  # what matters first, visible at 1,400 px
     assert rows[0]["scale-out"].startswith(str(record["current"])) and rows[0]["health"] == "ok"
@@ -163,12 +163,12 @@ def test_news_at_most_every_30_wall_seconds_so_a_fast_simulation_does_not_flood_
     monkeypatch.setattr(publishing, "WALL", Clock())
     monkeypatch.setattr(publishing, "decision_artifacts", lambda *args: seen.append(args[5]))  # news
     monkeypatch.setattr(publishing, "create_markdown_artifact", lambda **kw: None)
-    store = str(tmp_path / "store")
+    store = Store(str(tmp_path / "store")).job("sim")
     for _ in range(3):
         k.loops = 6  # a loop with news by the count (6 % PLOT_EVERY == 1)
         publishing.publish.fn(its[-1], k, store, "auto", None, 1)
     assert seen == [True, False, True]
-    assert read_status(store, "sim")["news_wall"] == T0 + 40
+    assert store.status()["news_wall"] == T0 + 40
 
 
 def test_the_forecast_plot_before_any_data_draws_no_legend_and_leaves_no_figure_open():

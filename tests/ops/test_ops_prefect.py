@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
 from tests.ops import devtools
 from tests.ops.conftest import write_jobs
@@ -108,7 +108,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 
 
 def _suspended_approval(s: Scenario, job: str) -> str | None:
-    k = KnowledgeStore(s.store).load(job).knowledge
+    k = Store(s.store).job(job).load().knowledge
     if k is None or k.pending is None:
         return None
     for run in _runs(s, "approve-scale"):
@@ -119,7 +119,7 @@ def _suspended_approval(s: Scenario, job: str) -> str | None:
 
 
 def _pending(s: Scenario, job: str) -> str | None:
-    k = KnowledgeStore(s.store).load(job).knowledge
+    k = Store(s.store).job(job).load().knowledge
     return None if k is None or k.pending is None else k.pending.id
 
 
@@ -138,8 +138,8 @@ def _answer(s: Scenario) -> None:
           json={"run_input": {**body, "scaleout": APPROVED_AT}})
 
     def answered() -> bool:
-        ads = KnowledgeStore(s.store).load("ads").knowledge
-        clicks = KnowledgeStore(s.store).load("clicks").knowledge
+        ads = Store(s.store).job("ads").load().knowledge
+        clicks = Store(s.store).job("clicks").load().knowledge
         return (ads.entry(s.proposals["ads"]).state == "executed" and
                 clicks.entry(s.proposals["clicks"]).state == "rejected")
 
@@ -153,7 +153,7 @@ def _answer(s: Scenario) -> None:
         s.manual_runs[scaleout] = run["id"]
 
     def manual_done() -> bool:
-        clicks = KnowledgeStore(s.store).load("clicks").knowledge
+        clicks = Store(s.store).job("clicks").load().knowledge
         manual = [e for e in clicks.ledger if e.reasons == ("manual scale by carol: load test",)]
         return bool(manual) and manual[-1].state == "executed"
 
@@ -207,7 +207,7 @@ def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
     refused = runs[scenario.manual_runs[40]]["state"]
     assert refused["type"] == "FAILED" and "scale-out 40 is outside the job's limits [1, 12]" in refused["message"]
     assert runs[scenario.manual_runs[MANUAL_AT]]["state"]["type"] == "COMPLETED"
-    clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
+    clicks = Store(scenario.store).job("clicks").load().knowledge
     (entry,) = [e for e in clicks.ledger if e.reasons == ("manual scale by carol: load test",)]
     assert (entry.current, entry.target, entry.state, entry.operator) == (12, MANUAL_AT, "executed", "carol")
     assert [label for _, label in entry.events] == ["manual scale by carol", "executed"]
@@ -215,14 +215,14 @@ def test_a_manual_scale_goes_through_the_same_limits_and_ledger(scenario):
 
 
 def test_the_ledgers_record_who_answered_and_what_happened(scenario):
-    ads = KnowledgeStore(scenario.store).load("ads").knowledge
+    ads = Store(scenario.store).job("ads").load().knowledge
     entry = ads.entry(scenario.proposals["ads"])
     assert (entry.current, entry.target, entry.state) == (12, APPROVED_AT, "executed")
     events = [what for _, what in entry.history]
     # The intent is written before the target is touched (write-ahead), then settled.
     assert events[:4] == ["proposed", f"approved by alice at {APPROVED_AT}", f"intent: 12 → {APPROVED_AT}", "executed"]
     assert entry.predicted_recovery_s is not None
-    clicks = KnowledgeStore(scenario.store).load("clicks").knowledge
+    clicks = Store(scenario.store).job("clicks").load().knowledge
     rejected = clicks.entry(scenario.proposals["clicks"])
     assert rejected.state == "rejected" and "rejected by bob: peak ahead" in [w for _, w in rejected.history]
     assert clicks.pending is None or clicks.pending.id != scenario.proposals["clicks"]
@@ -230,7 +230,7 @@ def test_the_ledgers_record_who_answered_and_what_happened(scenario):
 
 def _expired(s: Scenario) -> tuple[Any, dict] | None:
     """The first proposal of `views` once expired, with its approval run."""
-    k = KnowledgeStore(s.store).load("views").knowledge
+    k = Store(s.store).job("views").load().knowledge
     entry = next((e for e in (k.ledger if k else []) if e.state == "expired"), None)
     if entry is None:
         return None

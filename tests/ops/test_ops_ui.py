@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from daedalus.connectors.clock import WALL
-from daedalus.connectors.status import FORECASTS, write_json
+from daedalus.connectors.store import FORECASTS, Store
 from daedalus.models.types import LedgerEntry
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
 from tests.ops import devtools
@@ -123,16 +123,17 @@ def _publish(store: str, jobs_file: Path) -> None:
                              float("inf"), None, "", [(T0 + 600, "executed")], operator="alice",
                              events=[(T0 + 600, "proposed"), (T0 + 717, "approved by alice"),
                                      (T0 + 720, "executed")]))
-        write_json(store, "sim", FORECASTS, history[:-1])
-        publish(its[-1], k, store, "auto", None, 11)
+        sim = Store(store).job("sim")
+        sim.write_json(FORECASTS, history[:-1])
+        publish(its[-1], k, sim, "auto", None, 11)
 
     loop_run()
     now = WALL.now()
     base = {"wall": now, "mode": "auto", "kind": "no-change", "last_action": None, "pending": None}
-    write_json(store, "ads", "status.json", {**base, "current": 6, "recommended": 9, "kind": "scale-out",
+    Store(store).job("ads").write_json("status.json", {**base, "current": 6, "recommended": 9, "kind": "scale-out",
                "health": "quarantined: metric validation failed: cpu_in_range (CPU load within [0, 1]) for 3 rows "
                          "in the last 15 minutes", "pending": {"id": "ads-1767226200", "from": 6, "to": 9}})
-    write_json(store, LONG_JOB, "status.json", {**base, "current": 4, "recommended": 4,
+    Store(store).job(LONG_JOB).write_json("status.json", {**base, "current": 4, "recommended": 4,
                                                 "health": "paused (kill switch for this job)"})
     fleet_overview(jobs_file=str(jobs_file), store_url=store)
     _publish_backtest(jobs_file.parent / "lake")

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from daedalus.connectors import targets
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.flows.mape_k import FORECAST_POOR, RESCALED, emit_loop_events
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
@@ -67,8 +66,8 @@ def test_recovery_monitor_reports_the_simulators_recovery_time(prefect_harness, 
     obs = sim.observe(rescale_time - 1200, rescale_time)
     k.anomaly.update_many((obs.workload - total_throughput(obs))[obs.uptime_s >= cfg.warmup_s])
     k.record(LedgerEntry("d-1", rescale_time, 2, 3, "scale-out", ("test",), "executed", predicted_recovery_s=90.0))
-    store = KnowledgeStore(str(tmp_path / "store"))
-    store.save(k)
+    store = Store(str(tmp_path / "store"))
+    store.job(k.job).save(k)
     sim.scale(3)
     sim.advance(1200)
 
@@ -79,9 +78,9 @@ def test_recovery_monitor_reports_the_simulators_recovery_time(prefect_harness, 
     downtime = result["downtime_s"]
     assert 27 <= downtime <= 33  # the simulator's scale-out downtime: 30 s ± 3 s
 
-    (_, message), = Inbox(store.url).pending("rec")
+    (_, message), = store.job("rec").pending()
     assert message.kind == "recovered" and message.body["decision"] == "d-1"
-    k = store.load("rec").knowledge
+    k = store.job("rec").load().knowledge
     apply_messages(k, [message], cfg, 3, sim.now)
     assert k.entry("d-1").observed_recovery_s == result["observed_recovery_s"]
     assert k.downtime.out_s != cfg.downtime_out_s  # the scale-out downtime estimate learned from it
@@ -128,16 +127,16 @@ def test_the_one_job_retrain_promotes_a_better_model_and_the_loop_swaps_it_in(pr
     cfg = LoopConfig(mode="dry-run")
     registered(sim, cfg)
     sim.advance(3 * 3600)
-    store = KnowledgeStore(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"))
     k = Knowledge.new("swap", cfg)
     k.forecaster = _zero_model()
     k.forecaster.poor_loops = 15
-    store.save(k)
+    store.job(k.job).save(k)
 
     result = retrain_forecaster(job="swap", store_url=store.url, history_s=3 * 3600)
     assert result["promoted"] and result["old_wape_pct"] > 99 and result["new_wape_pct"] < 5
     assert retrain_forecaster(job="swap", store_url=store.url)["status"] == "already-pending"
-    (_, message), = Inbox(store.url).pending("swap")
+    (_, message), = store.job("swap").pending()
     apply_messages(k, [message], cfg, 12, sim.now)
     assert k.forecaster.order == tuple(message.body["state"]["model"]["spec"]["order"])
     assert k.forecaster.poor_loops == 0 and not k.forecaster.retrain_needed

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daedalus.connectors.inbox import Inbox
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.knowledge import Knowledge
@@ -62,10 +61,10 @@ def test_the_release_job_flow_posts_the_release_the_command_posts(prefect_harnes
     jobs, store = write_jobs(tmp_path / "jobs.yaml", [{"name": "ads"}]), str(tmp_path / "store")
     k = Knowledge.new("ads", LoopConfig())
     k.quarantine = FALSE_POSITIVE
-    KnowledgeStore(store).save(k)
+    Store(store).job(k.job).save(k)
     result = release_job(job="ads", reason="one row inside a rescale", operator="ana", store_url=store,
                          jobs_file=str(jobs))
-    (_, msg), = Inbox(store).pending("ads")
+    (_, msg), = Store(store).job("ads").pending()
     assert (msg.kind, msg.body) == ("release", {"operator": "ana", "reason": "one row inside a rescale"})
     assert result["message"] == msg.id
     with pytest.raises(ConfigurationError, match="no job 'ghost'"):

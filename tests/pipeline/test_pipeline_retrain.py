@@ -9,9 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.models.config import LoopConfig
 from daedalus.models.forecast import Forecaster
 from daedalus.models.knowledge import Knowledge
@@ -41,16 +40,16 @@ def _zero_model() -> Forecaster:
     return Forecaster.from_state(state)
 
 
-def _save(store: KnowledgeStore, job: str, forecaster: Forecaster) -> None:
+def _save(store: Store, job: str, forecaster: Forecaster) -> None:
     k = Knowledge.new(job, LoopConfig())
     k.forecaster = forecaster
-    store.save(k)
+    store.job(k.job).save(k)
 
 
 @pytest.fixture(scope="module")
 def fleet(data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet")
-    lake, store = Lake(str(root / "lake")), KnowledgeStore(str(root / "store"))
+    lake, store = Lake(str(root / "lake")), Store(str(root / "store"))
     workloads = {"zero-model": _trace(data_dir, "wiki_en", 80_000, 1),
                  "same-model": _trace(data_dir, "taxi", 50_000, 2),
                  "no-model": _trace(data_dir, "IoT", 120_000, 3), "malformed": _trace(data_dir, "google", 60_000, 4)}
@@ -75,7 +74,7 @@ def retrained(prefect_harness, spark, fleet):
     from daedalus.flows.pipeline import retrain_forecasters
 
     lake, store, _ = fleet
-    versions = {job: store.versions(job) for job in lake.jobs()}
+    versions = {job: store.job(job).versions() for job in lake.jobs()}
     result = retrain_forecasters(lake_url=lake.url, store_url=store.url, history_s=HOURS * 3600, until=UNTIL,
                                  spark_master="local[2]")
     return result, versions
@@ -97,17 +96,16 @@ def test_only_improved_models_are_promoted(retrained, fleet) -> None:
     assert "fewer than min_fit_steps" in by_job["too-short"]["note"]
     assert "1 malformed rows" in by_job["malformed"]["note"]
     assert sorted(result["promoted"]) == ["no-model", "zero-model"]
-    inbox = Inbox(store.url)
-    assert {job: [m.kind for _, m in inbox.pending(job)] for job in lake.jobs()} == {
+    assert {job: [m.kind for _, m in store.job(job).pending()] for job in lake.jobs()} == {
         "zero-model": ["forecaster"], "no-model": ["forecaster"], "same-model": [], "too-short": [], "malformed": []}
 
 
 def test_the_store_changes_only_when_the_loop_swaps_the_promoted_model_in(retrained, fleet) -> None:
     result, versions = retrained
     lake, store, workloads = fleet
-    assert {job: store.versions(job) for job in lake.jobs()} == versions  # nothing written by the retrain
-    (_, message), = Inbox(store.url).pending("zero-model")
-    k = store.load("zero-model").knowledge
+    assert {job: store.job(job).versions() for job in lake.jobs()} == versions  # nothing written by the retrain
+    (_, message), = store.job("zero-model").pending()
+    k = store.job("zero-model").load().knowledge
     apply_messages(k, [message], LoopConfig(), 2, UNTIL)
     assert k.forecaster.order != (0, 0, 0)
     # The swapped-in model is the backtested one: on the held-out data it scores what the flow reported.
@@ -122,10 +120,9 @@ def test_an_interrupted_retrain_leaves_every_job_on_its_previous_version(prefect
     from daedalus.flows.pipeline import retrain_forecasters
 
     lake, store, _ = fleet
-    inbox = Inbox(store.url)
     for job in lake.jobs():
-        inbox.ack([path for path, _ in inbox.pending(job)])
-    versions = {job: store.versions(job) for job in lake.jobs()}
+        store.job(job).ack([path for path, _ in store.job(job).pending()])
+    versions = {job: store.job(job).versions() for job in lake.jobs()}
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -144,5 +141,5 @@ def test_an_interrupted_retrain_leaves_every_job_on_its_previous_version(prefect
     spark.sparkContext.cancelAllJobs()
     thread.join(timeout=300)
     assert errors, "the retrain finished before it could be interrupted"
-    assert {job: store.versions(job) for job in lake.jobs()} == versions
-    assert all(not inbox.pending(job) for job in lake.jobs())
+    assert {job: store.job(job).versions() for job in lake.jobs()} == versions
+    assert all(not store.job(job).pending() for job in lake.jobs())

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.lake import Lake
+from daedalus.connectors.store import Store
 from daedalus.models.errors import ValidationError
 from daedalus.models.expectations import SuiteSettings, checks
 from tests.helpers import observation
@@ -188,14 +188,14 @@ def test_the_flow_quarantines_failing_jobs_and_releases_one_that_passes_again(
     from tests.helpers import observation
 
     store = str(tmp_path / "store")
-    inbox = Inbox(store)
-    inbox.post("clean", "quarantine", {"reason": "an earlier validation failed"})
+    inbox = Store(store)
+    inbox.job("clean").post("quarantine", {"reason": "an earlier validation failed"})
     result = validate_metrics(lake_url=defect_lake.url, store_url=store, window_s=600, until=UNTIL,
                               spark_master="local[2]")
     assert result["quarantined"] == sorted(job for job, failures in EXPECTED.items() if failures)
     assert result["released"] == ["clean"]
-    assert [m.kind for _, m in inbox.pending("clean")] == ["quarantine", "release"]
-    (_, message), = inbox.pending("hot-cpu")
+    assert [m.kind for _, m in inbox.job("clean").pending()] == ["quarantine", "release"]
+    (_, message), = inbox.job("hot-cpu").pending()
     assert message.kind == "quarantine" and "cpu_in_range (3 rows" in message.body["reason"]
 
     # The loop applies it: it holds and says why, until a later validation passes.

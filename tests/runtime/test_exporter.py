@@ -21,8 +21,7 @@ import pytest
 import requests
 import yaml
 
-from daedalus.connectors.status import STATUS, read_status, write_json
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import STATUS, Store
 from daedalus.models.config import LoopConfig, Mode
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, Iteration, iterate
@@ -73,8 +72,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
         ControlMessage("m2", "steady", "quarantine", t, {"reason": "throughput above the workload"})])
     wall = time.time()
     for (it, k), mode in ((executed, "auto"), (proposed, "approve"), (held, "auto")):
-        KnowledgeStore(url).save(k)
-        write_json(url, k.job, STATUS, status_record(it, k, mode, None, wall - AGE[k.job]))
+        Store(url).job(k.job).save(k)
+        Store(url).job(k.job).write_json(STATUS, status_record(it, k, mode, None, wall - AGE[k.job]))
     broken = Path(url) / "broken"
     broken.mkdir()
     (broken / STATUS).write_text('{"job": "broken", "current": ')
@@ -100,8 +99,8 @@ def _exported_names() -> set[str]:
 
 @pytest.mark.slow
 def test_prometheus_scrapes_what_the_loop_left(store: str, tmp_path: Path) -> None:
-    status = {job: read_status(store, job) for job in GOOD}
-    knowledge = {job: KnowledgeStore(store).load(job).knowledge for job in GOOD}
+    status = {job: Store(store).job(job).status() for job in GOOD}
+    knowledge = {job: Store(store).job(job).load().knowledge for job in GOOD}
     assert Counter(e.state for e in knowledge["wordcount"].ledger)["executed"] == 1  # the loop acted
     assert status["ads"]["pending"] is not None and status["steady"]["kind"] == "hold"
 
@@ -185,9 +184,9 @@ def test_a_manual_scales_hold_is_exported(tmp_path: Path) -> None:
     # The operator's second hour: status and ledger said "held at 6 until …", the exporter had no series for it.
     url = str(tmp_path / "store")
     base = {"wall": time.time(), "current": 6, "recommended": 6, "kind": "hold", "reasons": ["held at 6"]}
-    write_json(url, "orders", STATUS, {**base, "job": "orders", "override": {
+    Store(url).job("orders").write_json(STATUS, {**base, "job": "orders", "override": {
         "scaleout": 6, "operator": "carol", "until": time.time() + 1800, "decision": "scale-1"}})
-    write_json(url, "clicks", STATUS, {**base, "job": "clicks", "override": None})
+    Store(url).job("clicks").write_json(STATUS, {**base, "job": "clicks", "override": None})
     with MetricsServer(url, port=0) as server:
         text = requests.get(server.url, timeout=5).text
     assert 'daedalus_held{daedalus_job="orders"} 1.0' in text and 'daedalus_held{daedalus_job="clicks"} 0.0' in text
