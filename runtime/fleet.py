@@ -49,6 +49,13 @@ POOL = "fleet"
 # A worker starts at most WORKER_LIMIT runs in flight and polls every POLL_S (bench/schedule.py says why).
 WORKER_LIMIT = 30
 POLL_S = 3.0
+# A run whose worker died (SIGKILL, a lost node) stays Running for ever and holds its deployment's one slot, so its
+# job's later runs are cancelled (CANCEL_NEW). Prefect's answer ("How to detect and respond to zombie flows"):
+# runs send a heartbeat every HEARTBEAT_S and an automation marks a run Crashed when none came for ZOMBIE_AFTER_S;
+# a run claimed (Pending) by a worker that died before starting it is crashed the same way after PENDING_AFTER_S.
+HEARTBEAT_S = 30
+ZOMBIE_AFTER_S = 75  # two heartbeats and a half
+PENDING_AFTER_S = 90
 STOP_GRACE_S = 15.0  # SIGTERM, then this long, then SIGKILL (a worker gets its own stop timeout on top)
 START_TIMEOUT_S = 180.0
 APT = {"redis-server": "redis-server", "haproxy": "haproxy"}  # binary → Debian package
@@ -246,7 +253,8 @@ class Fleet:
             return self._spawn(name, [sys.executable, "-m", "prefect", "server", "services", "start"],
                                self.server_env(name))
         if kind == "worker":
-            env = {**self.client_env(self.home(name)), "PREFECT_WORKER_QUERY_SECONDS": f"{POLL_S:g}"}
+            env = {**self.client_env(self.home(name)), "PREFECT_WORKER_QUERY_SECONDS": f"{POLL_S:g}",
+                   "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}  # the runs inherit it
             return self._spawn(name, [str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", self.pool,
                                       "--limit", str(self.worker_limit)], env)
         raise ValueError(f"no fleet process {name!r}")
@@ -461,10 +469,50 @@ def up(folder: Path, pool: str = POOL, workers: int = WORKERS, replicas: int = A
             say(name)
             fleet.start(name)
             fleet.wait_ready(name, timeout_s)
+            if name == "lb":
+                ensure_automations(fleet.api_url)
     except BaseException:
         down(folder)
         raise
     return fleet
+
+
+def zombie_automations() -> list[dict[str, Any]]:
+    """The two automations that crash runs left behind by a dead worker (see HEARTBEAT_S), as API bodies."""
+    from datetime import timedelta
+
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    ends = {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")}
+    cases = [("daedalus: crash runs without heartbeat", "prefect.flow-run.heartbeat",
+              {"prefect.flow-run.heartbeat", *ends}, ZOMBIE_AFTER_S),
+             ("daedalus: crash runs stuck in Pending", "prefect.flow-run.Pending",
+              {"prefect.flow-run.Running", *ends}, PENDING_AFTER_S)]
+    return [AutomationCore(
+        name=name, description="Marks a flow run Crashed when its worker died (runtime/fleet.py)",
+        trigger=EventTrigger(after={after}, expect=expect,
+                             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+                             for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+                             within=timedelta(seconds=within)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=f"{name}: its worker is gone")],
+    ).model_dump(mode="json") for name, after, expect, within in cases]
+
+
+def ensure_automations(api_url: str) -> None:
+    """Create the zombie automations unless the server has them (by name)."""
+    def call(path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(f"{api_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
+
+    have = {a["name"] for a in call("/automations/filter", {"limit": 200})}
+    for body in zombie_automations():
+        if body["name"] not in have:
+            call("/automations/", body)
 
 
 def _migrate(fleet: Fleet) -> None:
