@@ -21,7 +21,7 @@ def test_every_command_and_group_is_there():
     assert found["jobs"] == ["check"]
     assert found["fleet"] == ["down", "status", "up"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
-                                     "backtest", "forecast", "capacity", "flink"])
+                                     "backtest", "forecast", "capacity", "flink", "fleet", "chaos"])
 
 
 def options(command) -> set[str]:
