@@ -60,23 +60,28 @@ SUPERVISE_S = 5.0
 APPLIED = ("executed", "executing")  # ledger states that mean the scaler was (or may have been) called
 
 
-def fault_plan(minutes: float, seed: int) -> list[tuple[float, str]]:
-    """(seconds after the start, kind) of every fault: seeded, a round of all five kinds at a time."""
+def fault_plan(minutes: float, seed: int, warmup_s: float = WARMUP_S, tail_s: float = TAIL_S
+               ) -> list[tuple[float, str]]:
+    """(seconds after the start, kind) of every fault: seeded, a round of all five kinds at a time, between the
+    warm-up and the tail."""
     rng = random.Random(seed)
-    window = 60 * minutes - WARMUP_S - TAIL_S
+    window = 60 * minutes - warmup_s - tail_s
     if window <= 0:
         return []
-    count = max(len(KINDS), round(window / MEAN_GAP_S))
-    gap = window / count
+    gaps: list[float] = []
+    while sum(gaps) <= window:
+        gaps.append(MEAN_GAP_S * rng.uniform(2 / 3, 4 / 3))  # 3–6 minutes
+    gaps = gaps[:-1]  # the last one ran past the window
+    if len(gaps) < len(KINDS) - 1:  # a short run: five faults, the same shape squeezed into the window
+        gaps = [MEAN_GAP_S * rng.uniform(2 / 3, 4 / 3) for _ in range(len(KINDS) - 1)]
+        gaps = [g * window / sum(gaps) for g in gaps]
+    times = [warmup_s]
+    for gap in gaps:
+        times.append(times[-1] + gap)
     kinds: list[str] = []
-    while len(kinds) < count:
+    while len(kinds) < len(times):
         kinds += rng.sample(KINDS, len(KINDS))
-    times, t = [], WARMUP_S
-    for _ in range(count):
-        times.append(t)
-        t += gap * rng.uniform(2 / 3, 4 / 3)
-    scale = min(1.0, (60 * minutes - TAIL_S - WARMUP_S) / max(1e-9, times[-1] - WARMUP_S)) if count > 1 else 1.0
-    return [(round(WARMUP_S + (at - WARMUP_S) * scale, 1), kind) for at, kind in zip(times, kinds[:count], strict=True)]
+    return [(round(at, 1), kind) for at, kind in zip(times, kinds, strict=False)]
 
 
 class Injector:
@@ -212,14 +217,15 @@ def check_checksums(store_url: str) -> tuple[bool, int, list[str]]:
 
 
 def run_chaos(jobs: int, minutes: float, seed: int, keep: Path | None = None, speedup: float = 10.0,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+              say: Callable[[str], None] = print, warmup_s: float = WARMUP_S, tail_s: float = TAIL_S
+              ) -> dict[str, Any]:
     """The whole fault run: start, deploy, inject on the plan, stop the workers, check; the figures."""
     tmp = None
     if keep is None:
         tmp = tempfile.mkdtemp(prefix="daedalus-chaos-")
         os.chmod(tmp, 0o755)  # the cluster's `postgres` user reaches its folder
     root = keep or Path(tmp)  # type: ignore[arg-type]
-    plan = fault_plan(minutes, seed)
+    plan = fault_plan(minutes, seed, warmup_s, tail_s)
     say(f"fault plan (seed {seed}): " + ", ".join(f"{kind} at {at / 60:.1f} min" for at, kind in plan))
     fleet = up(root / "fleet", pool=POOL)
     try:
