@@ -91,8 +91,8 @@ class Injector:
         self.fleet, self.rng, self.say = fleet, rng, say
         self.unplanned: list[dict[str, Any]] = []
 
-    def inject(self, kind: str) -> tuple[str, float]:
-        """The fault of `kind`; (the process hit, the wall time it was serving again)."""
+    def inject(self, kind: str) -> tuple[str, float, float]:
+        """The fault of `kind`; (the process hit, the wall time it was killed, the time it was serving again)."""
         fleet = self.fleet
         if kind == "api":
             name = self.rng.choice([f"api-{i}" for i in range(len(fleet.ports.api))])
@@ -100,6 +100,7 @@ class Injector:
             name = self._worker_mid_run()
         else:
             name = kind
+        killed = time.time()
         if kind == "postgres":
             postgres_crash(fleet)
         else:
@@ -109,7 +110,7 @@ class Injector:
         fleet.start(name)
         fleet.wait_ready(name)
         self.say(f"fault: {name} serving again")
-        return name, time.time()
+        return name, killed, time.time()
 
     def _worker_mid_run(self, wait_s: float = 90.0) -> str:
         """A worker with a flow run in flight (its preloaded process has a child), waiting up to `wait_s`."""
@@ -241,8 +242,7 @@ def run_chaos(jobs: int, minutes: float, seed: int, keep: Path | None = None, sp
                 while time.time() < start + at:
                     time.sleep(min(SUPERVISE_S, start + at - time.time()))
                     injector.supervise()
-                killed_at = time.time()
-                name, restarted = injector.inject(kind)
+                name, killed_at, restarted = injector.inject(kind)
                 faults.append({"kind": kind, "process": name, "time": round(killed_at - start, 1),
                                "at": datetime.fromtimestamp(killed_at, UTC).isoformat(), "restarted": restarted})
             while time.time() < start + 60 * minutes:

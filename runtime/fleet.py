@@ -56,10 +56,20 @@ POLL_S = 3.0
 HEARTBEAT_S = 30
 ZOMBIE_AFTER_S = 75  # two heartbeats and a half
 PENDING_AFTER_S = 90
+# A run whose worker died before starting it stays Pending and holds its job's slot until the slot's lease expires
+# (Prefect's default 300 s): a minute here, which a started run never notices (its engine renews the lease itself).
+# `daedalus worker` then crashes the Pending run (runtime/pending.py).
+LEASE_S = 60
 STOP_GRACE_S = 15.0  # SIGTERM, then this long, then SIGKILL (a worker gets its own stop timeout on top)
 START_TIMEOUT_S = 180.0
 APT = {"redis-server": "redis-server", "haproxy": "haproxy"}  # binary → Debian package
 SYSTEM_BIN = (Path("/usr/sbin"), Path("/usr/bin"))  # where Debian puts them when PATH lacks sbin (a plain user)
+
+
+# The workers and their runs: poll often, send heartbeats, and retry a 500 as Prefect retries a 503 (the API
+# answers 500 while PostgreSQL restarts: a run must not crash, nor a crash go unrecorded, over a few seconds).
+WORKER_SETTINGS = {"PREFECT_WORKER_QUERY_SECONDS": f"{POLL_S:g}", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
+                   "PREFECT_CLIENT_RETRY_EXTRA_CODES": "500"}
 
 
 def redis_settings(port: int) -> dict[str, str]:
@@ -203,6 +213,7 @@ class Fleet:
                **redis_settings(self.ports.redis),
                "PREFECT_API_DATABASE_CONNECTION_URL": self.postgres.url,
                "PREFECT_API_DATABASE_MIGRATE_ON_START": "false",
+               "PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION": str(LEASE_S),
                "PREFECT_UI_API_URL": self.api_url}
         env.pop("PREFECT_API_URL", None)
         return env
@@ -253,8 +264,7 @@ class Fleet:
             return self._spawn(name, [sys.executable, "-m", "prefect", "server", "services", "start"],
                                self.server_env(name))
         if kind == "worker":
-            env = {**self.client_env(self.home(name)), "PREFECT_WORKER_QUERY_SECONDS": f"{POLL_S:g}",
-                   "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}  # the runs inherit it
+            env = {**self.client_env(self.home(name)), **WORKER_SETTINGS}  # the runs inherit them
             return self._spawn(name, [str(Path(sys.executable).parent / "daedalus"), "worker", "--pool", self.pool,
                                       "--limit", str(self.worker_limit)], env)
         raise ValueError(f"no fleet process {name!r}")

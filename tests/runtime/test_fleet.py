@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from daedalus.models.errors import ConnectorError
 from daedalus.runtime import fleet as fleet_mod
 from daedalus.runtime.fleet import Fleet, descendants, down, up
+from daedalus.runtime.pending import STALE_AFTER_S, crash_stale_pending
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +31,12 @@ def fleet_dir() -> Iterator[Path]:
     if (folder / "fleet.json").exists():
         down(folder)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)
 
 
 def _get(url: str) -> int:
@@ -50,6 +58,14 @@ def test_up_serves_through_the_load_balancer_and_down_leaves_nothing_running(fle
     import redis
 
     assert redis.Redis(port=fleet.ports.redis, db=1).keys("*")
+    # A run a dead worker left Pending is crashed once stale (runtime/pending.py), not before; through the balancer.
+    flow = _post(f"{fleet.api_url}/flows/", {"name": "pending-probe"})
+    run = _post(f"{fleet.api_url}/flow_runs/", {"flow_id": flow["id"], "state": {"type": "PENDING"},
+                                                "work_pool_name": "fleet-test", "work_queue_name": "default"})
+    assert crash_stale_pending(fleet.api_url, "fleet-test") == []
+    assert crash_stale_pending(fleet.api_url, "fleet-test", now=time.time() + STALE_AFTER_S + 1) == [run["id"]]
+    with urllib.request.urlopen(f"{fleet.api_url}/flow_runs/{run['id']}", timeout=5) as r:
+        assert json.load(r)["state"]["type"] == "CRASHED"
     # One replica down: the load balancer still answers (health-checked round robin, redispatch).
     fleet.kill("api-0")
     assert all(_get(f"{fleet.api_url}/health") == 200 for _ in range(6))

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from daedalus.runtime.fleet import HEARTBEAT_S, POLL_S, WORKER_LIMIT, redis_settings
+from daedalus.runtime.fleet import LEASE_S, WORKER_LIMIT, WORKER_SETTINGS, redis_settings
 from daedalus.runtime.local_prefect import server_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,8 +66,7 @@ def test_the_topology_is_the_fleets() -> None:
     assert server["spec"]["selector"] == _one("Deployment", "prefect-api")["spec"]["selector"]["matchLabels"]
     env = {e["name"]: e.get("value") for e in worker["env"]}
     assert env["PREFECT_API_URL"] == f"http://prefect-server.daedalus:{server['spec']['ports'][0]['port']}/api"
-    assert env["PREFECT_WORKER_QUERY_SECONDS"] == f"{POLL_S:g}"
-    assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_S)
+    assert {k: env[k] for k in WORKER_SETTINGS} == WORKER_SETTINGS
 
 
 def test_the_server_settings_are_those_fleet_up_uses() -> None:
@@ -79,6 +78,7 @@ def test_the_server_settings_are_those_fleet_up_uses() -> None:
     assert {k: config[k] for k in settings if k != "PREFECT_SERVER_ANALYTICS_ENABLED"} == {
         k: v for k, v in settings.items() if k != "PREFECT_SERVER_ANALYTICS_ENABLED"}
     assert config["PREFECT_API_DATABASE_MIGRATE_ON_START"] == "false"
+    assert config["PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION"] == str(LEASE_S)
     # The database URL comes from the Secret, never from the ConfigMap; PostgreSQL is outside the cluster.
     assert not any("postgresql" in str(v) for v in config.values())
     for name in ("prefect-api", "prefect-services"):
