@@ -1,7 +1,9 @@
 """`daedalus bench chaos`: faults injected into a running fleet, checked against known answers.
 
 A fleet (`runtime/fleet.py`) runs N simulated jobs in real time, sped up (`--speedup`, 10 by default: the 3-hour
-sine workload then turns in 18 minutes, so the loops rescale during the run). After a warm-up a seeded injector
+sine workload then turns in 18 minutes), their workloads peaking at 30, 60 or 90 % of their largest scale-out's
+capacity: a simulated job starts at that scale-out, so most loops scale in within minutes, and out again as the
+sine rises; the faults strike while actions are being taken. After a warm-up a seeded injector
 SIGKILLs one part at a time and starts it again a few seconds later, as a supervisor (Kubernetes, systemd) would:
 
 - `api`: one of the two API replicas (HAProxy sends everything to the other meanwhile);
@@ -55,6 +57,7 @@ WARMUP_S = 120.0  # the jobs' first runs (model fits) before the first fault
 TAIL_S = 150.0  # after the last fault: room for its recovery to be seen
 RESTART_AFTER_S = 5.0  # a supervisor's restart delay
 RECOVERY_LIMIT_S = 120.0  # every job back on schedule within this of each restart
+PEAKS = (0.3, 0.6, 0.9)  # workload peaks (× capacity at the largest scale-out): most jobs scale in within minutes
 STUCK_AFTER_S = 300.0  # a loop run Running/Pending/Paused longer than this is stuck (a loop run takes seconds)
 SUPERVISE_S = 5.0
 APPLIED = ("executed", "executing")  # ledger states that mean the scaler was (or may have been) called
@@ -231,7 +234,7 @@ def run_chaos(jobs: int, minutes: float, seed: int, keep: Path | None = None, sp
     fleet = up(root / "fleet", pool=POOL)
     try:
         with fleet_client(fleet):
-            path = bench_jobs_file(root / "jobs.yaml", jobs, speedup)
+            path = bench_jobs_file(root / "jobs.yaml", jobs, speedup, peaks=PEAKS)
             ids, deploy_s = _deploy("deploying", path, root, True, True, None)
             loops = {d for name, d in ids.items() if name.startswith("mape-k/")}
             say(f"deployed {jobs} jobs in {deploy_s:.0f} s; running {minutes:g} min")
