@@ -36,13 +36,18 @@ SETTLE_S = 120.0  # runs scheduled before the worker was warm are not counted
 OnProgress = Callable[[str, int, int | None], None]
 
 
-def bench_jobs_file(path: Path, n: int, speedup: float, mode: str = "auto") -> Path:
-    """A jobs file of `n` simulated jobs with different seeds."""
+def bench_jobs_file(path: Path, n: int, speedup: float, mode: str = "auto", peaks: tuple[float, ...] = ()) -> Path:
+    """A jobs file of `n` simulated jobs with different seeds; with `peaks`, job i's workload peaks at
+    peaks[i mod len] × its capacity at the largest scale-out (default 0.9): a low peak has the loop scale in at
+    once (a simulated job starts at its largest scale-out)."""
     import yaml
+
+    def sim(i: int) -> dict[str, float]:
+        return {"seed": i, "speedup": speedup, **({"peak_utilization": peaks[i % len(peaks)]} if peaks else {})}
 
     doc = {"defaults": {"engine": "sim", "scale_target": {"kind": "sim", "name": "sim"}, "mode": mode,
                         "sim": {"speedup": speedup}},
-           "jobs": [{"name": f"bench-{i:03d}", "sim": {"seed": i, "speedup": speedup}} for i in range(n)]}
+           "jobs": [{"name": f"bench-{i:03d}", "sim": sim(i)} for i in range(n)]}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 

@@ -316,3 +316,90 @@ def capacity(
                       f"p95 {s['abs_error_pct_p95']:.1f} %, max {s['abs_error_pct_max']:.1f} %, "
                       f"within 5 %: {100 * s['share_within_5_pct']:.0f} %")
     _write_json(json_out, report)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--jobs takes sizes separated by commas (10,50,100), not {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("--jobs needs at least one size ≥ 1")
+    return sizes
+
+
+def fleet(
+    jobs: Annotated[str, typer.Option("--jobs", help="Fleet sizes to measure, comma-separated")] = "10,50,100,200",
+    minutes: Annotated[float, typer.Option(min=1, help="Measured minutes per size (after the warm-up)")] = 15,
+    warmup: Annotated[float, typer.Option(min=0, help="Minutes per size before measuring (first fits)")] = 2,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
+    keep: Annotated[Path | None, typer.Option(help="Keep each size's fleet folder (logs, data) here")] = None,
+) -> None:
+    """The cost model of Prefect's distributed topology: CPU per job-minute per kind of process, start delays,
+    late runs, at each size; a fitted line per kind and the cores projected for 1,000 and 10,000 jobs."""
+    from daedalus.bench.fleet import KINDS, run_fleet_bench
+
+    sizes = _sizes(jobs)
+    try:
+        with progress() as bars:
+            report = run_fleet_bench(sizes, minutes, keep, warmup, say=console.print, on_progress=phases(bars))
+    except DaedalusError as exc:
+        fail(exc)
+    t = Table(title=f"CPU-seconds per job-minute by process kind, {minutes:g} min per size, "
+                    f"{report['sizing']['machine_cores']} cores")
+    for column in ("jobs", "total", *KINDS, "delay p50/p95/max (s)", "late max", "busy %"):
+        t.add_column(column, justify="right")
+    for s in report["sizes"]:
+        c, d = s["cpu_s_per_job_minute"], s["start_delay_s"]
+        t.add_row(str(s["jobs"]), f"{c['total']:.3f}", *(f"{c[k]:.3f}" for k in KINDS),
+                  f"{d['p50']} / {d['p95']} / {d['max']}", str(s["late_runs_max"]),
+                  f"{s['machine_busy_percent']:.0f}" + ("" if s["kept_up"] else " (behind)"))
+    out.print(t)
+    p = Table(title="projected cores (fitted lines: CPU-s per minute = intercept + per job × jobs)")
+    for column in ("jobs", "total", *KINDS):
+        p.add_column(column, justify="right")
+    for row in report["sizing"]["projected_cores"]:
+        p.add_row(f"{row['jobs']:,}", *(f"{row[k]:.2f}" for k in ("total", *KINDS)))
+    out.print(p)
+    limit = report["sizing"]["jobs_at_machine_cores"]
+    out.print(f"This machine's {report['sizing']['machine_cores']} cores are all used at about "
+              f"{'n/a' if limit is None else f'{limit:,}'} jobs (fitted total).")
+    _write_json(json_out, report)
+
+
+def chaos(
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs on the one-minute schedule")] = 50,
+    minutes: Annotated[float, typer.Option(min=5, help="How long to run (12 or more: every kind of fault)")] = 60,
+    seed: Annotated[int, typer.Option(help="Seeds the fault plan and which replica or worker is hit")] = 0,
+    speedup: Annotated[float, typer.Option(min=1, help="Simulated seconds per second (rescales during the run)")
+                       ] = 10.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
+    keep: Annotated[Path | None, typer.Option(help="Keep the fleet's folder (logs, store) here")] = None,
+) -> None:
+    """Faults on a running fleet (an API replica, the services, a worker mid-run, Redis, PostgreSQL killed and
+    restarted), checked against each simulated job's record of the rescales it received."""
+    from daedalus.bench.chaos import run_chaos
+
+    try:
+        report = run_chaos(jobs, minutes, seed, keep, speedup, say=console.print)
+    except DaedalusError as exc:
+        fail(exc)
+    t = Table(title=f"{jobs} jobs, {minutes:g} min, seed {seed}: faults")
+    for column in ("kind", "process", "at (min)", "every job back on schedule after (s)"):
+        t.add_column(column, justify="left" if column in ("kind", "process") else "right")
+    for f in report["faults"]:
+        t.add_row(f["kind"], f["process"], f"{f['time'] / 60:.1f}",
+                  "not within the run" if f["recovered_s"] is None else f"{f['recovered_s']:.0f}")
+    out.print(t)
+    out.print(_figures("known answers", [
+        ("rescales received by the jobs / executed in the ledgers",
+         f"{report['actions_received']} / {report['actions_executed']}"),
+        ("actions duplicated", str(report["actions_duplicated"])), ("actions lost", str(report["actions_lost"])),
+        ("runs stuck past their deadline", str(report["stuck_runs"])),
+        (f"every job back within {report['all_recovered_within_s']:.0f} s of each restart",
+         "yes" if report["all_recovered"] else "no"),
+        ("knowledge checksums valid", f"{'yes' if report['checksums_ok'] else 'NO'} "
+                                      f"({report['knowledge_versions_checked']} versions)"),
+        ("parts that died on their own (restarted)", str(len(report["unplanned_restarts"]))),
+    ]))
+    _write_json(json_out, report)

@@ -14,6 +14,7 @@ from daedalus.cli import backtest as cli_backtest
 from daedalus.cli import bench as cli_bench
 from daedalus.cli import deploy as cli_deploy
 from daedalus.cli import exporter as cli_exporter
+from daedalus.cli import fleet as cli_fleet
 from daedalus.cli import flink as cli_flink
 from daedalus.cli import jobs as cli_jobs
 from daedalus.cli import observe as cli_observe
@@ -38,7 +39,8 @@ for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, 
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
                     no_args_is_help=True)
 for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.retrain, cli_bench.validate,
-                 cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity):
+                 cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity, cli_bench.fleet,
+                 cli_bench.chaos):
     bench.command()(_command)
 bench.command(name="flink")(cli_flink.bench)  # calibration on a real local Flink (docs/engines.md)
 bench.command(name="backtest")(cli_backtest.bench)  # the fleet backtest on Spark (docs/backtest.md)
@@ -47,6 +49,12 @@ app.add_typer(bench, name="bench")
 jobs = typer.Typer(help="The jobs file: one entry per streaming job.", no_args_is_help=True)
 jobs.command()(cli_jobs.check)
 app.add_typer(jobs, name="jobs")
+
+fleet = typer.Typer(help="Prefect's distributed topology on this machine: PostgreSQL, Redis, API replicas behind "
+                         "HAProxy, the services, workers.", no_args_is_help=True)
+for _command in (cli_fleet.up, cli_fleet.down, cli_fleet.status):
+    fleet.command()(_command)
+app.add_typer(fleet, name="fleet")
 
 
 def main() -> None:  # pragma: no cover - console entry point

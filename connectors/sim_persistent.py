@@ -21,7 +21,7 @@ import pickle
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -65,6 +65,7 @@ WARM_S = 600  # history simulated when the job is created, so its first loop has
 MAX_CATCH_UP_S = 6 * 3600  # a worker that was down for days does not simulate days in one run
 SINE_PERIOD_S = 10_800  # the paper's sine: two periods in 6 h
 OBSERVABLE = ("_tp", "_cpu", "_lag", "_uptime", "_scale_hist", "_down")  # per-second history observe() reads
+RECEIVED_KEPT = 1000  # rescales remembered in `SimState.received`
 PER_PARTITION = ("_position_hist", "_taken_hist")  # per-second × per-partition: 128 columns, not persisted
 
 
@@ -132,6 +133,9 @@ class SimState:
     wall: float  # wall-clock time the simulator was last advanced to
     carry: float  # fraction of a simulated second not simulated yet
     cycle_pos: int  # index of the next second in the rescaled workload cycle
+    # Every rescale this job received, as (decision id, from, to, wall clock), saved with the rescale itself in one
+    # write: the known answer a fault run checks the ledger against (no action lost, none applied twice).
+    received: list[tuple[str, int, int, float]] = field(default_factory=list)
 
 
 class PersistentSimulatedJob:
@@ -258,8 +262,27 @@ class PersistentSimulatedJob:
             raise ConnectorError(f"simulated job {job!r} has 1 … {self.spec.scaleout.max} workers, not {target}")
         if dry_run:
             return f"dry run: would scale {job} {before} → {target}"
-        self.state = self._transaction(lambda state: state.sim.scale(target))
+        def rescale(state: SimState) -> None:
+            was = state.sim.scaleout
+            state.sim.scale(target)
+            received = getattr(state, "received", [])  # a state saved before the record existed has none
+            state.received = [*received[-RECEIVED_KEPT + 1:], (decision_id, was, target, self.wall_clock())]
+
+        self.state = self._transaction(rescale)
         return f"scaled simulated job {job} {before} → {target} (decision {decision_id})"
+
+
+def received(spec_name: str, store_url: str) -> list[tuple[str, int, int, float]]:
+    """The rescales the simulated job `spec_name` received, oldest first, read without advancing it."""
+    path = local_root(store_url) / check_job_name(spec_name) / "sim.pickle"
+    try:
+        with open(path, "rb") as f:
+            state: SimState = pickle.load(f)
+    except FileNotFoundError:
+        return []
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise ConnectorError(f"{path}: cannot read the simulated job ({exc})") from exc
+    return list(getattr(state, "received", []))
 
 
 def peek_now(spec: JobSpec, store_url: str, wall_now: float | None = None) -> float:

@@ -17,6 +17,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from daedalus.models.errors import ConnectorError
 from daedalus.runtime.ports import free_port
@@ -142,24 +143,46 @@ def start_server(home: Path, port: int | None = None, timeout_s: float = 120.0, 
 
 @dataclass
 class LocalPostgres:
-    """A throwaway PostgreSQL cluster on a loopback port (run as the `postgres` user), for a server with many jobs."""
+    """A PostgreSQL cluster on a loopback port (run as the `postgres` user): throwaway for a benchmark's server with
+    many jobs, or kept in a fleet's folder (`daedalus fleet up`), where it needs a password."""
 
     folder: Path
     port: int
+    password: str | None = None  # None: trust authentication on 127.0.0.1 (a benchmark's throwaway cluster)
+    throwaway: bool = True  # `stop` removes the folder
 
     @property
     def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/prefect"
+        """The server's connection URL; it holds the password: never print it."""
+        user = "postgres" if self.password is None else f"postgres:{quote(self.password, safe='')}"
+        return f"postgresql+asyncpg://{user}@127.0.0.1:{self.port}/prefect"
+
+    @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "postgres.log"
 
     @property
     def pid(self) -> int:
         """The postmaster: the backends serving the server are its children."""
-        return int((self.folder / "data" / "postmaster.pid").read_text().split()[0])
+        return int((self.data / "postmaster.pid").read_text().split()[0])
 
-    def stop(self) -> None:
-        subprocess.run(_as_postgres(_pg_bin("pg_ctl"), "-D", str(self.folder / "data"), "stop", "-m", "fast"),
+    def start(self) -> None:
+        """pg_ctl start (waits until it accepts connections): the cluster's first start, or a restart."""
+        _run_pg(_as_postgres(_pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120", "-o",
+                             f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
+                             "-c max_connections=200", "start"))
+
+    def stop(self, mode: str = "fast") -> None:
+        """pg_ctl stop: `fast` (clients disconnected, a clean shutdown) or `immediate` (no shutdown checkpoint: a
+        crash, recovered from the WAL at the next start)."""
+        subprocess.run(_as_postgres(_pg_bin("pg_ctl"), "-D", str(self.data), "stop", "-m", mode),
                        capture_output=True, timeout=60)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.throwaway:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _pg_bin(name: str) -> str:
@@ -173,25 +196,55 @@ def _as_postgres(*cmd: str) -> list[str]:
     return list(cmd) if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--", *cmd]
 
 
-def start_postgres() -> LocalPostgres:
-    """initdb + pg_ctl start in a temporary folder, trust authentication on 127.0.0.1, a `prefect` database."""
+def _run_pg(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    if done.returncode:
+        raise ConnectorError(f"{' '.join(cmd[:4])} failed: {done.stderr[-500:]}")
+
+
+def _own_by_postgres(path: Path) -> None:
+    """As root the cluster runs as `postgres`, which must own its folder."""
     import pwd
 
-    folder = Path(tempfile.mkdtemp(prefix="daedalus-pg-"))
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")
-        os.chown(folder, user.pw_uid, user.pw_gid)
-    port = free_port()
-    run = {"capture_output": True, "text": True, "timeout": 120}
-    steps = [
-        _as_postgres(_pg_bin("initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "postgres", "--no-sync"),
-        _as_postgres(_pg_bin("pg_ctl"), "-D", str(folder / "data"), "-l", str(folder / "postgres.log"), "-w", "-o",
-                     f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200", "start"),
-        _as_postgres(_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "prefect"),
-    ]
-    for cmd in steps:
-        done = subprocess.run(cmd, **run)
-        if done.returncode:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise ConnectorError(f"{' '.join(cmd[:4])} failed: {done.stderr[-500:]}")
-    return LocalPostgres(folder, port)
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def start_postgres(folder: Path | None = None, password: str | None = None, port: int | None = None
+                   ) -> LocalPostgres:
+    """initdb + pg_ctl start + a `prefect` database, on 127.0.0.1: in a temporary folder with trust authentication
+    (the default), or in `folder` with `password` (scram-sha-256; the password file is removed after initdb). A
+    `folder` that already holds a cluster is started as it is."""
+    throwaway = folder is None
+    folder = Path(tempfile.mkdtemp(prefix="daedalus-pg-")) if folder is None else folder
+    folder.mkdir(parents=True, exist_ok=True)
+    _own_by_postgres(folder)
+    pg = LocalPostgres(folder, port or free_port(), password, throwaway)
+    try:
+        if not (pg.data / "PG_VERSION").exists():
+            auth = ["-A", "trust"]
+            pwfile = folder / ".pwfile"
+            if password is not None:
+                pwfile.write_text(password)
+                os.chmod(pwfile, 0o600)
+                _own_by_postgres(pwfile)
+                auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
+            try:
+                _run_pg(_as_postgres(_pg_bin("initdb"), "-D", str(pg.data), *auth, "-U", "postgres", "--no-sync"))
+            finally:
+                pwfile.unlink(missing_ok=True)
+            pg.start()
+            env = None if password is None else {**os.environ, "PGPASSWORD": password}
+            done = subprocess.run(_as_postgres(_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(pg.port), "-U",
+                                               "postgres", "prefect"), capture_output=True, text=True, timeout=60,
+                                  env=env)
+            if done.returncode:
+                raise ConnectorError(f"createdb failed: {done.stderr[-500:]}")
+        else:
+            pg.start()
+    except BaseException:
+        if throwaway:
+            pg.stop()
+        raise
+    return pg

@@ -460,6 +460,9 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
     signal.signal(signal.SIGINT, stop)
     parent_fd, watched_fd = os.pipe()  # the preloaded process sees EOF when no more clients can come
     zygote = worker = None
+    import threading
+
+    reaping = threading.Event()
     try:
         zygote = subprocess.Popen([sys.executable, "-m", "daedalus.runtime.prefork", "serve", str(socket_path),
                                    str(grace_s), str(parent_fd), pool, name], pass_fds=(parent_fd,),
@@ -471,7 +474,12 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
             worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
                                        "process", "--name", name, *(["--limit", str(limit)] if limit else [])],
                                       env=env, start_new_session=True, preexec_fn=_interrupt_when_orphaned())
+            if os.environ.get("PREFECT_API_URL"):  # runs another worker claimed and never started (runtime/pending.py)
+                from daedalus.runtime.pending import start_reaper
+
+                start_reaper(os.environ["PREFECT_API_URL"].rstrip("/"), pool, reaping)
             _wait_until(lambda: worker.poll() is not None or bool(asked))
+        reaping.set()
         stopping_since = time.monotonic()
         deadline = stopping_since + stop_timeout_s
         marker.touch()

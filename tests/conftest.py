@@ -168,4 +168,6 @@ SHARED_SESSIONS = ("tests/pipeline/", "tests/flows/test_flow.py", "tests/cli/tes
 # The units of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;
 # the user's Spark job is submitted three times and drained; the shared unit takes about 4–5 minutes: handed out
 # among the last, the pipeline's modules were the likely end of a run whose last 2½ minutes left the cores idler).
-LONGEST = ("tests/ops/test_ops_prefect.py", "tests/connectors/test_connectors_spark_user_job_e2e.py", *SHARED_SESSIONS)
+# The fleet's fault run (tests/runtime/test_chaos.py) takes about 5 minutes of faults on a real fleet.
+LONGEST = ("tests/ops/test_ops_prefect.py", "tests/runtime/test_chaos.py",
+           "tests/connectors/test_connectors_spark_user_job_e2e.py", *SHARED_SESSIONS)

@@ -17,10 +17,11 @@ def test_every_command_and_group_is_there():
     found = names(app)
     assert sorted(found) == sorted(["simulate", "demo", "backtest", "observe", "jobs", "deploy", "status", "approve",
                                     "reject", "pause", "resume", "scale", "worker", "validate", "retrain", "compact",
-                                    "bench", "exporter", "step", "release", "config"])
+                                    "bench", "exporter", "step", "release", "config", "fleet"])
     assert found["jobs"] == ["check"]
+    assert found["fleet"] == ["down", "status", "up"]
     assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
-                                     "backtest", "forecast", "capacity", "flink"])
+                                     "backtest", "forecast", "capacity", "flink", "fleet", "chaos"])
 
 
 def options(command) -> set[str]:
@@ -30,7 +31,7 @@ def options(command) -> set[str]:
 
 def test_one_option_name_for_the_jobs_file_the_store_and_the_scale_out():
     group = typer.main.get_group(app)
-    commands = {**{n: c for n, c in group.commands.items() if n not in ("jobs", "bench")},
+    commands = {**{n: c for n, c in group.commands.items() if n not in ("jobs", "bench", "fleet")},
                 "jobs check": group.commands["jobs"].commands["check"],
                 **{f"bench {n}": c for n, c in group.commands["bench"].commands.items()}}
     opts = {name: options(cmd) for name, cmd in commands.items()}

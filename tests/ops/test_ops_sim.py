@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from daedalus.connectors.jobs import load_jobs
-from daedalus.connectors.sim_persistent import WARM_S, PersistentSimulatedJob, local_root, peek_now
+from daedalus.connectors.sim_persistent import WARM_S, PersistentSimulatedJob, local_root, peek_now, received
 from daedalus.connectors.targets import build_target
 from daedalus.models.errors import ConfigurationError, ConnectorError
 from daedalus.sim.simulator import Simulator
@@ -85,6 +85,23 @@ def test_dry_run_and_out_of_range_scale(tmp_path):
     assert PersistentSimulatedJob(spec, tmp_path / "store", wall_clock=wall).current("wc") == 12
     with pytest.raises(ConnectorError, match="has 1 … 12 workers, not 13"):
         job.scale("wc", 13, "d")
+
+
+def test_the_job_records_every_rescale_it_received_with_the_rescale(tmp_path):
+    """The known answer of `bench chaos`: each rescale, its decision id, from and to, saved in the same write; a dry
+    run and a refused one are not received."""
+    spec, wall = _spec(tmp_path), Wall()
+    store = str(tmp_path / "store")
+    job = PersistentSimulatedJob(spec, tmp_path / "store", wall_clock=wall)
+    job.scale("wc", 5, "d", dry_run=True)
+    with pytest.raises(ConnectorError):
+        job.scale("wc", 13, "bad")
+    wall.t += 60
+    job.scale("wc", 6, "d1")
+    wall.t += 60
+    PersistentSimulatedJob(spec, tmp_path / "store", wall_clock=wall).scale("wc", 4, "d2")
+    assert received("wc", store) == [("d1", 12, 6, WALL0 + 60), ("d2", 6, 4, WALL0 + 120)]
+    assert received("other", store) == []
 
 
 def test_a_changed_jobs_file_entry_starts_a_new_simulated_job(tmp_path):
