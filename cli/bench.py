@@ -76,10 +76,15 @@ TargetRecovery = Annotated[float | None, typer.Option(
 ScaleInInterval = Annotated[float | None, typer.Option(
     min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")]
 
+MaxRescalesPerHour = Annotated[float | None, typer.Option(
+    min=0.01, help="Daedalus: the rescale budget, rescales per hour over a rolling 2 hours (default 3: 6 in 2 h)")]
 
-def loop_overrides(target_recovery: float | None, scale_in_interval: float | None) -> dict[str, float]:
+
+def loop_overrides(target_recovery: float | None, scale_in_interval: float | None,
+                   max_rescales_per_hour: float | None = None) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
-    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval}
+    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
+             "max_rescales_per_hour": max_rescales_per_hour}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -223,6 +228,7 @@ def policies(
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     target_recovery: TargetRecovery = None,
     scale_in_interval: ScaleInInterval = None,
+    max_rescales_per_hour: MaxRescalesPerHour = None,
     runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse it while its "
                                                    "code, trace and settings are unchanged (a re-run after a "
                                                    "planner change reruns the planners only; one cut short keeps "
@@ -239,7 +245,8 @@ def policies(
             summary = run_benchmark(
                 chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                 processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
-                loop_overrides=loop_overrides(target_recovery, scale_in_interval), runs_dir=runs,
+                loop_overrides=loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour),
+                runs_dir=runs,
                 on_start=lambda n: bars.update(bar, total=n),
                 on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
             )

@@ -238,6 +238,7 @@ def simulate(
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
     target_recovery: cli_bench.TargetRecovery = None,
     scale_in_interval: cli_bench.ScaleInInterval = None,
+    max_rescales_per_hour: cli_bench.MaxRescalesPerHour = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
     from daedalus.sim.workloads import load_workload
@@ -248,7 +249,8 @@ def simulate(
         values = load_workload(workload, hours=hours)
         with tempfile.TemporaryDirectory() as tmp:
             _, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
-                                   cli_bench.loop_overrides(target_recovery, scale_in_interval),
+                                   cli_bench.loop_overrides(target_recovery, scale_in_interval,
+                                                            max_rescales_per_hour),
                                    store_url=f"{tmp}/knowledge" if prefect else None,
                                    prefect_home=Path(tmp) / "prefect" if prefect else None)
     except DaedalusError as exc:

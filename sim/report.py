@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from daedalus.models.config import RESCALE_WINDOW_S
 from daedalus.sim.runner import RunResult
 
 SLO_S = 60.0
@@ -15,6 +16,15 @@ def _pct(values: np.ndarray | list[float], q: float) -> float | None:
     a = np.asarray(values, dtype=float)
     a = a[np.isfinite(a)]
     return float(np.percentile(a, q)) if a.size else None
+
+
+def budget_exceeded(times: list[float], budget: int, window_s: float = RESCALE_WINDOW_S) -> int:
+    """Rescales beyond the budget: each one that makes more than `budget` in the window ending at it."""
+    t = np.sort(np.asarray(times, dtype=float))
+    if t.size == 0:
+        return 0
+    in_window = np.arange(t.size) - np.searchsorted(t, t - window_s, side="right") + 1
+    return int((in_window > budget).sum())
 
 
 def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
@@ -41,6 +51,7 @@ def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
         "seconds_over_slo": int((np.nan_to_num(latency) > slo_s).sum()),
         "slo_s": slo_s,
         "rescales": result.rescales,
+        "budget_exceeded": budget_exceeded(result.rescale_times, result.rescale_budget),
         "downtime_s": int(h.down.sum()),
         "capacity_error_pct": {"median": _pct(result.capacity_error_pct, 50),
                                "p95": _pct(result.capacity_error_pct, 95)},

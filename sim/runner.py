@@ -38,6 +38,8 @@ class RunResult:
     forecast_wape: list[float] = field(default_factory=list)
     decisions: list[tuple[float, str, int, int]] = field(default_factory=list)  # (elapsed s, kind, from, to)
     knowledge: Knowledge | None = None
+    rescale_times: list[float] = field(default_factory=list)  # elapsed s of each executed rescale
+    rescale_budget: int = 6  # rescales allowed in any `RESCALE_WINDOW_S` (the loop config's), for `budget_exceeded`
 
 
 def _capacity_error(sim: Simulator, estimate: float) -> float | None:
@@ -66,7 +68,7 @@ def run(
     job = SimulatedJob(sim)
     target = Target(JOB, metrics=job, scaler=job, clock=job, config=cfg)
     result = RunResult(policy.name, sim.history(), sim_config.max_scaleout, sim.true_capacities(),
-                       sim.lower_bound_scaleout(workload))
+                       sim.lower_bound_scaleout(workload), rescale_budget=cfg.rescale_budget)
     loops = math.ceil(len(workload) / cfg.loop_interval_s)
     step = int(cfg.loop_interval_s)
     for n in range(loops):
@@ -83,6 +85,8 @@ def _record(result: RunResult, sim: Simulator, s: Step, elapsed: float) -> None:
     result.loop_ms.append((elapsed, s.loop_ms))
     result.decisions.append((elapsed, s.kind, s.current, s.target))
     result.rescales += s.executed
+    if s.executed:
+        result.rescale_times.append(elapsed)
     result.retrains += s.retrained
     err = None if s.capacity is None or s.kind == "hold" else _capacity_error(sim, s.capacity)
     if err is not None:

@@ -114,8 +114,15 @@ def test_the_latency_weight_buys_headroom_for_the_catch_up():
     to2, to3 = planner_mpc.evaluate(priced, inputs, 4, 0.0, [((0.0, 2),), ((0.0, 3),)], 30.0, 15.0)
     assert to2.delay_s == pytest.approx(693.75) and to3.delay_s == pytest.approx(300.0)
     assert (to2.cost, to3.cost) == (pytest.approx(7068.75), pytest.approx(6900.0))
+    # But the saving, 7,200 − 6,900 = 300, is on the expected run only: on its pessimistic end (the band, the
+    # capacity less its margin, a whole checkpoint replayed) 4 → 3 adds more latency than it saves: hold.
     d = plan(priced, a, ctx(), NOW)
-    assert (d.kind, d.target) == ("scale-in", 3)
+    assert (d.kind, d.target) == ("no-change", 4)
+    assert any(r.startswith("hold: 4 → 3 now saves 300 on the forecast but -") and r.endswith("within the uncertainty")
+               for r in d.reasons)
+    # At a latency weight of 1 the catch-up costs 5 × less: 3 saves on both ends and is taken.
+    d = plan(replace(priced, latency_weight=1.0), a, ctx(), NOW)
+    assert (d.kind, d.target) == ("scale-in", 2)
 
 
 def test_a_second_scale_out_waits_for_the_pace_unless_the_budget_needs_it():
@@ -312,35 +319,49 @@ def test_a_deeper_scale_in_later_beats_a_shallow_one_now():
 
 
 def test_no_scale_in_once_the_rescale_budget_could_not_pay_for_undoing_it():
-    # The lasting scale-in above (4 → 2 at a flat 150,000/s). With 16 rescales in the last 6 hours, it and a
-    # scale-out that might undo it make 18: taken. With 17 they would make 19 of the 18: keep 4.
-    a, cfg = analysis([150_000] * HORIZON, scaleout=4), replace(CFG, rescale_budget=18)
-    assert plan(cfg, a, replace(ctx(), recent_rescales=16), NOW).target == 2
-    assert plan(CFG, a, replace(ctx(), recent_rescales=40), NOW).target == 2  # no budget by default
-    kept = plan(cfg, a, replace(ctx(), recent_rescales=17), NOW)
+    # The lasting scale-in above (4 → 2 at a flat 150,000/s). The default budget is 3 an hour: 6 in the rolling
+    # 2 hours. With 4 spent, it and a scale-out that might undo it make 6: taken. With 5 they would make 7: keep 4.
+    a = analysis([150_000] * HORIZON, scaleout=4)
+    assert CFG.rescale_budget == 6 and replace(CFG, max_rescales_per_hour=1.5).rescale_budget == 3
+    assert plan(CFG, a, replace(ctx(), recent_rescales=4), NOW).target == 2
+    kept = plan(CFG, a, replace(ctx(), recent_rescales=5), NOW)
     assert (kept.kind, kept.target) == ("no-change", 4)
-    assert "17 rescales in the last 6 h (budget 18): no scale-in" in " ".join(kept.reasons)
+    assert ("rescale budget: 5 of 6 spent in the last 2 h (3 an hour): 0 worker-s per rescale, no scale-in, which "
+            "a scale-out might have to undo") in kept.reasons
+    with pytest.raises(ValueError, match="max_rescales_per_hour must be a positive number"):
+        LoopConfig(max_rescales_per_hour=0)
 
 
-def test_a_scale_out_the_latency_needs_is_never_refused_for_the_rescale_budget():
-    # 350,000/s at 2 workers (usable 196,000): the backlog grows by 154,000/s, whatever the rescales spent
-    a, cfg = analysis([350_000] * HORIZON, scaleout=2), replace(CFG, rescale_budget=18)
-    spent, free = plan(cfg, a, replace(ctx(), recent_rescales=40), NOW), plan(cfg, a, ctx(), NOW)
+def test_each_rescale_is_dearer_as_the_budget_runs_out():
+    # rescale_price 600 × budget 6 / rescales left: 600 with none spent, 1,200 with 3 spent (3 left), 3,600 with 5.
+    a = analysis([150_000] * HORIZON, scaleout=4)
+    cfg = replace(CFG, rescale_price=600.0)
+    for spent, price in ((0, "600"), (3, "1,200"), (5, "3,600")):
+        d = plan(cfg, a, replace(ctx(), recent_rescales=spent), NOW)
+        assert f"{spent} of 6 spent in the last 2 h (3 an hour): {price} worker-s per rescale" in " ".join(d.reasons)
+
+
+def test_a_scale_out_the_latency_needs_goes_beyond_the_budget_and_says_so():
+    # 350,000/s at 2 workers (usable 196,000): the backlog grows by 154,000/s, whatever the rescales spent: the
+    # same scale-out as with the budget untouched, named as beyond the budget.
+    a = analysis([350_000] * HORIZON, scaleout=2)
+    spent, free = plan(CFG, a, replace(ctx(), recent_rescales=6), NOW), plan(CFG, a, ctx(), NOW)
     assert spent.kind == "scale-out" and spent.target == free.target > 2
+    assert any(r.startswith(planner_mpc.BUDGET_EXCEEDED + ": 6 of 6 spent") for r in spent.reasons)
+    assert not any(r.startswith(planner_mpc.BUDGET_EXCEEDED) for r in free.reasons)
 
 
-def test_the_loop_counts_the_rescales_executed_in_the_last_six_hours():
+def test_the_loop_counts_the_rescales_executed_in_the_last_two_hours():
     from daedalus.models.knowledge import Knowledge
     from daedalus.models.loop.plan import plan as loop_plan
     from daedalus.models.types import LedgerEntry
 
-    cfg = replace(CFG, rescale_budget=18)
-    k = Knowledge.new("j", cfg)
-    for t, state in ((NOW - 21_700, "executed"), (NOW - 21_500, "executed"), (NOW - 600, "rejected"),
+    k = Knowledge.new("j", CFG)
+    for t, state in ((NOW - 7_300, "executed"), (NOW - 7_200, "executed"), (NOW - 600, "rejected"),
                      (NOW - 300, "executed")):
         k.record(LedgerEntry(f"j-{t:.0f}", t, 4, 5, "scale-out", (), state))
     k.record(LedgerEntry("j-hold", NOW - 60, 4, 4, "hold", (), "decided"))
-    for n in range(15):  # 15 more executed within the window: 17 in all, so no scale-in
-        k.record(LedgerEntry(f"j-{n}", NOW - 20_000 + n, 4, 3, "scale-in", (), "executed"))
-    d = loop_plan(cfg, analysis([150_000] * HORIZON, scaleout=4), k, NOW)
-    assert (d.kind, d.target) == ("no-change", 4) and "17 rescales in the last 6 h" in " ".join(d.reasons)
+    for n in range(4):  # 4 more executed within the window: 5 in all, so no scale-in
+        k.record(LedgerEntry(f"j-{n}", NOW - 5_000 + n, 4, 3, "scale-in", (), "executed"))
+    d = loop_plan(CFG, analysis([150_000] * HORIZON, scaleout=4), k, NOW)
+    assert (d.kind, d.target) == ("no-change", 4) and "5 of 6 spent in the last 2 h" in " ".join(d.reasons)
