@@ -22,8 +22,8 @@ Four more (issue 38), shapes the first four lack, added to judge the planner on 
   trading volume;
 - `flapping`: each minute either a low or a high level (a coin flip per minute), the high one 2–4 × the low
   (drawn per stretch of 20–60 minutes), the low one drifting slowly: a source whose rate jumps minute to minute;
-- `flat`: a flat load at a third of its peak with 3 % noise; its peak is one 2-minute burst, so the run is a flat
-  load well below the capacity the maximum scale-out has;
+- `flat`: a flat load at 25–40 % of its peak with 3 % noise, after a fall from the peak in the first 10–20
+  minutes: a load well below the capacity the run starts with, which should cost few rescales;
 - `slow-drift`: a level that drifts over hours (a random walk on its slope, no season), 2 % noise.
 
 `generate(family, seed)` is deterministic: the same family and seed give the same trace on every machine.
@@ -133,10 +133,11 @@ def flapping(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def flat(rng: np.random.Generator, n: int) -> np.ndarray:
-    values = np.full(n, 1.0 / 3.0) * (1 + rng.normal(0.0, 0.03, n))
-    start = int(rng.uniform(1800, n - 1800))
-    values[start:start + 120] = 1.0
-    return values
+    level = rng.uniform(0.25, 0.4)
+    fall = int(rng.uniform(600, 1200))
+    values = np.full(n, level)
+    values[:fall] = np.linspace(1.0, level, fall)
+    return values * (1 + rng.normal(0.0, 0.03, n))
 
 
 def slow_drift(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -256,6 +256,26 @@ def policies(
     console.print(f"Wrote {out / 'policies.json'}, {out / 'policies.md'} and {len(summary['figures'])} figures")
 
 
+def cv(
+    seeds: Annotated[int, typer.Option(min=1, max=3, help="Draws of each family (0 … N−1)")] = 1,
+    out: Annotated[Path, typer.Option(help="Folder for cv.json and cv.md")] = Path("bench-output/cv"),
+    jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
+    runs: Annotated[Path | None, typer.Option(help="Keep each run here (one folder per setting) and reuse it")] = None,
+) -> None:
+    """The planner's settings by leave-one-family-out cross-validation: the paper traces and every generated
+    family under each setting of a small grid; prints the setting each fold chose and its held-out score."""
+    from daedalus.bench.cv import GRID, run_cv, settings_grid
+    from daedalus.bench.families import FAMILIES
+
+    total = len(settings_grid(GRID)) * (4 + len(FAMILIES) * seeds)
+    with progress("runs") as bars:
+        bar = bars.add_task("settings × workloads", total=total)
+        summary = run_cv(out, family_seeds=range(seeds), processes=jobs_parallel, runs_dir=runs,
+                         on_done=lambda r: _advance(bars, bar, f"{r['workload']}"))
+    console.print(Markdown((out / "cv.md").read_text()))
+    console.print(f"Chosen: {summary['chosen']}; wrote {out / 'cv.json'} and {out / 'cv.md'}")
+
+
 def loop(
     jobs: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs stepped together in this process")] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="Where to write the figures (JSON)")] = None,

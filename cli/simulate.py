@@ -241,6 +241,8 @@ def simulate(
     max_rescales_per_hour: cli_bench.MaxRescalesPerHour = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
+    from daedalus.bench.explain import trace_path
+    from daedalus.sim.report import trace
     from daedalus.sim.workloads import load_workload
 
     if policy not in policies.names():
@@ -248,7 +250,7 @@ def simulate(
     try:
         values = load_workload(workload, hours=hours)
         with tempfile.TemporaryDirectory() as tmp:
-            _, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
+            result, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
                                    cli_bench.loop_overrides(target_recovery, scale_in_interval,
                                                             max_rescales_per_hour),
                                    store_url=f"{tmp}/knowledge" if prefect else None,
@@ -258,6 +260,7 @@ def simulate(
     report["workload"] = str(workload)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2))
+    trace_path(json_out).write_text(json.dumps(trace(result)))  # what `daedalus explain OUT` reads
     console.print(_summary_table(report))
 
 

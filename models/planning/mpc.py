@@ -55,10 +55,7 @@ MAX_ERROR = 1.0  # the band never assumes the forecast off by more than this, re
 SOFT_PENALTY = 1e9  # per second of predicted latency above the budget: any schedule within it wins
 EARLY_PENALTY = 1e8  # a scale-out sooner than `rescale_interval` after the last rescale: only to keep the budget
 SCALE_IN_STEP_S = 300.0  # later starts of a scale-in among the candidates, this far apart
-# The load flaps when its minute means swing (by more than twice the forecast's band one minute ahead, and at least
-# MIN_SWING of their median) and reverse direction at least FLAP_REVERSALS times within `envelope_s`.
-MIN_SWING = 0.15
-FLAP_REVERSALS = 2
+MIN_SWING = 0.15  # an excursion of the load above its trend up to this is noise: no envelope
 MAX_SPREAD = 0.10  # the capacity spread added to the margin of an extrapolated scale-out is at most this
 BUDGET_EXCEEDED = "rescale budget exceeded"  # marks a decision that rescales beyond the budget (the ledger, `explain`)
 
@@ -105,7 +102,7 @@ class Inputs:
     usable: np.ndarray  # the same less the margin: what feasibility is checked against
     notes: tuple[str, ...]
     band: np.ndarray | None = None  # the forecast's upper band alone, before the envelope (None: the same as upper)
-    envelope: float | None = None  # the recent minutes' maximum planned for, when the load flaps
+    excursion: float = 0.0  # the envelope: how far above its trend the load recently went, planned for on top
     spread: float = 0.0  # the capacity spread added to the margin of every extrapolated scale-out
 
 
@@ -184,27 +181,32 @@ def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str
     return caps, observed, tuple(notes)
 
 
-def envelope(cfg: LoopConfig, a: Analysis, error_1min: float) -> tuple[float | None, str]:
-    """The largest recent minute mean, when the load flaps (moves up and down faster than a loop can follow: a
-    scale-out chasing each minute would rescale every few minutes and still be late); else None. And why."""
+def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, str]:
+    """How far above its own trend the load went in the recent minutes, relatively (0 below MIN_SWING), and the
+    trend's level now: bursts and flapping, which the forecast line averages away or chases a minute late. The
+    planner plans for that excursion above the trend (or above the forecast, where higher) over the next rescale
+    interval rather than chase each minute: a scale-out chasing a load that jumps minute to minute rescales every
+    few minutes and is still late. The trend is the least-squares line through the minute means, so a steady rise
+    or fall is no excursion."""
     minutes = int(cfg.envelope_s // 60)
     recent = np.asarray(a.recent_minutes[-minutes:], dtype=float) if minutes >= 3 else np.zeros(0)
     recent = recent[np.isfinite(recent)]
-    if recent.size < 3:
-        return None, ""
-    level = float(np.median(recent))
-    if level <= 0:
-        return None, ""
-    steps = np.diff(recent)
-    threshold = max(2 * cfg.forecast_z * error_1min, MIN_SWING) * level
-    signs = np.sign(steps[np.abs(steps) > threshold])
-    reversals = int((signs[1:] != signs[:-1]).sum())
-    if reversals < FLAP_REVERSALS:
-        return None, ""
-    top = float(recent.max())
-    return top, (f"the load flaps: {reversals} reversals of swings over {threshold:,.0f}/s in the last "
-                 f"{recent.size} minutes (between {float(recent.min()):,.0f} and {top:,.0f}/s): planning for "
-                 f"their maximum {top:,.0f}/s over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
+    if recent.size < 3 or not recent.mean() > 0:
+        return 0.0, 0.0, ""
+    x = np.arange(recent.size, dtype=float)
+    slope, intercept = np.polyfit(x, recent, 1)
+    trend = np.maximum(slope * x + intercept, 0.05 * float(recent.mean()))
+    above = (recent - trend) / trend
+    excursion = float(above.max())
+    if excursion <= MIN_SWING:
+        return 0.0, 0.0, ""
+    worst = int(np.argmax(above))
+    level = float(trend[-1])
+    return excursion, level, (
+        f"envelope: in the last {recent.size} minutes the load went {100 * excursion:.0f} % above its trend "
+        f"({float(recent[worst]):,.0f}/s against {float(trend[worst]):,.0f}/s, {recent.size - worst} min ago): "
+        f"planning for {100 * excursion:.0f} % above the trend ({level:,.0f}/s now) or the forecast, whichever is "
+        f"higher, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
 
 
 def capacity_spread(caps: np.ndarray, observed: np.ndarray) -> float:
@@ -244,10 +246,10 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
         notes.append(f"capacity spread: observed scale-outs miss their interpolation by up to {100 * spread:.0f} %: "
                      "that much more margin on every extrapolated one")
     band = upper.copy()
-    top, why = envelope(cfg, a, float(errors[0]))
-    if top is not None:
+    excursion, level, why = envelope(cfg, a)
+    if excursion > 0:
         k = min(bins, round((cfg.rescale_interval + ROBUST_EXTRA_S) / BIN_S))
-        upper[:k] = np.maximum(upper[:k], top)
+        upper[:k] = np.maximum(upper[:k], np.maximum(mean[:k], level) * (1 + excursion))
         notes.append(why)
     # No schedule can plan for more than the largest scale-out processes: the band is cut there (else a wide
     # band far ahead would make every schedule infeasible alike, and the planner could no longer compare them).
@@ -255,7 +257,7 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
     if ceiling > 0:
         upper = np.minimum(upper, np.maximum(ceiling, mean))
         band = np.minimum(band, np.maximum(ceiling, mean))
-    return Inputs(mean, upper, caps, usable, tuple(notes), band, top, spread)
+    return Inputs(mean, upper, caps, usable, tuple(notes), band, excursion, spread)
 
 
 def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.ndarray, at: np.ndarray,
@@ -561,7 +563,7 @@ def set_by(inputs: Inputs, target: int, robust_s: float, keeps_up: bool) -> str:
     band = inputs.upper if inputs.band is None else inputs.band
     loads = (("the forecast", float(inputs.mean[:k].max())),
              ("the forecast's upper band (the recent error at each lead)", float(band[:k].max())),
-             ("the envelope of the recent minutes", float(inputs.upper[:k].max())))
+             ("the envelope (the recent excursion above the trend)", float(inputs.upper[:k].max())))
 
     def smallest(load: float) -> int:
         fits = np.flatnonzero(inputs.usable >= load)

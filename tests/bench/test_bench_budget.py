@@ -27,8 +27,8 @@ def test_the_new_families_are_six_hours_non_negative_and_their_seed_decides(fami
 
 def test_each_new_family_has_the_shape_it_is_named_for():
     minute = {f: families.generate(f, 0).reshape(-1, 60).mean(axis=1) for f in families.FAMILIES[4:]}
-    flat = minute["flat"]
-    assert np.median(flat) == pytest.approx(1 / 3, rel=0.01) and flat.max() == pytest.approx(1.0, rel=0.05)
+    flat = minute["flat"][30:]  # after the fall from the peak
+    assert 0.25 <= np.median(flat) <= 0.4 and flat.max() / flat.min() < 1.05 and minute["flat"][0] > 0.9
     steps = np.abs(np.diff(minute["flapping"])) / np.median(minute["flapping"])
     assert (steps > 0.5).mean() > 0.3  # a third of the minutes jump by more than half the median level or more
     drift = minute["slow-drift"]
