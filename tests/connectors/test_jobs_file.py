@@ -52,7 +52,8 @@ def test_the_loop_settings_are_loopconfigs_own_names_and_defaults():
 
     declared = {f.name: f.default for f in dataclasses.fields(LoopConfig) if JOBS_FILE in f.metadata}
     assert set(declared) == {"partitions", "target_recovery_time", "checkpoint_interval", "scale_in_interval", "mode",
-                             "approval_timeout", "manual_hold", "planner", "latency_slo", "ceiling"}
+                             "approval_timeout", "manual_hold", "planner", "latency_slo", "ceiling",
+                             "max_rescales_per_hour"}
     assert {name: JobSpec.model_fields[name].default for name in declared} == declared
     spec = parse_jobs(job(manual_hold="2m", ceiling="20m", partitions=24, planner="daedalus-paper"), "j.yaml").jobs[0]
     cfg = spec.loop_config()
