@@ -365,3 +365,48 @@ def test_the_loop_counts_the_rescales_executed_in_the_last_two_hours():
         k.record(LedgerEntry(f"j-{n}", NOW - 5_000 + n, 4, 3, "scale-in", (), "executed"))
     d = loop_plan(CFG, analysis([150_000] * HORIZON, scaleout=4), k, NOW)
     assert (d.kind, d.target) == ("no-change", 4) and "5 of 6 spent in the last 2 h" in " ".join(d.reasons)
+
+
+def test_a_switch_waits_for_the_next_loop_only_while_the_scale_out_keeps_up():
+    # The forecast holds at 190,000/s for 2 minutes, then 300,000/s: 2 workers (usable 196,000) cannot keep it, and
+    # without a price "2 → 4 in 60 s" is cheapest (a minute less of 4 workers). While the last minute's 150,000/s
+    # was within 196,000 the planner waits for it; at 205,000/s a backlog grows, so it switches now (issue 22's
+    # defect: advertising seed 2 waited nine loops in a row while its backlog grew).
+    forecast = steps((120, 190_000), (HORIZON - 120, 300_000))
+    calm = plan(CFG, analysis(forecast, scaleout=2, avg=150_000), ctx(), NOW)
+    assert (calm.kind, calm.target) == ("no-change", 2) and calm.reasons[-1].startswith("cheapest: 2 → 4 in 60 s")
+    behind = plan(CFG, analysis(forecast, scaleout=2, avg=205_000), ctx(), NOW)
+    assert (behind.kind, behind.target) == ("scale-out", 4)
+    assert ("not waiting: 2 does not keep up (usable 196,000/s against the workload 205,000/s + the backlog's drain "
+            "0/s)") in behind.reasons
+    # A backlog counts too: 150,000/s with 3,000,000 queued must drain 50,000/s within the 60 s SLO.
+    queued = plan(CFG, analysis(forecast, scaleout=2, avg=150_000, lag=3_000_000.0), ctx(), NOW)
+    assert (queued.kind, queued.target) == ("scale-out", 4)
+
+
+def test_the_envelope_is_the_largest_excursion_above_the_trend():
+    # Minute means 100, 100, 100, 200, 100, 100: the least-squares line has slope 50 / 17.5 = 2.857 and passes
+    # through (2.5, 116.67), so at minute 3 it is 118.10: 200 is 69.35 % above it; the line ends at 123.81.
+    cfg = replace(CFG, envelope_s=360.0)
+    a = replace(analysis([100.0] * HORIZON, scaleout=1), recent_minutes=(100.0, 100.0, 100.0, 200.0, 100.0, 100.0))
+    excursion, level, why = planner_mpc.envelope(cfg, a)
+    assert excursion == pytest.approx(0.6935, abs=1e-4) and level == pytest.approx(123.81, abs=0.01)
+    assert why.startswith("envelope: in the last 6 minutes the load went 69 % above its trend (200/s against 118/s")
+    ramp = replace(a, recent_minutes=(100.0, 110.0, 120.0, 130.0, 140.0, 150.0))  # a steady rise is no excursion
+    assert planner_mpc.envelope(cfg, ramp)[0] == 0.0
+    assert planner_mpc.envelope(replace(cfg, envelope_s=0.0), a)[0] == 0.0  # off
+    # Planned for over the robust window: 2 workers (usable 196,000) would do for a flat 150,000/s, but 40 % above
+    # its trend a minute ago makes it 210,000/s: 3 (usable 294,000).
+    bursty = replace(analysis([150_000] * HORIZON, scaleout=2), recent_minutes=(150_000.0,) * 5 + (210_000.0,) +
+                     (150_000.0,) * 4)
+    inputs = planner_mpc.prepare(replace(CFG, envelope_s=600.0), bursty, HORIZON)
+    assert inputs.excursion > 0.3 and inputs.upper[0] > 196_000 and inputs.band[0] < 196_000
+
+
+def test_the_capacity_spread_is_the_largest_miss_of_an_interpolation_of_observed_capacities():
+    caps = np.array([100.0, 190.0, 300.0, 400.0])  # per worker 100, 95, 100, 100
+    # Scale-out 2 interpolated from 1 and 3: 100 per worker, 5 / 95 = 5.3 % off; scale-out 3 from 2 and 4: 97.5,
+    # 2.5 %. The largest: 5.3 %.
+    assert planner_mpc.capacity_spread(caps, np.array([True] * 4)) == pytest.approx(5 / 95)
+    assert planner_mpc.capacity_spread(np.array([100.0, 180.0, 300.0]), np.array([True] * 3)) == 0.10  # 11 %: capped
+    assert planner_mpc.capacity_spread(caps, np.array([True, False, False, True])) == 0.0  # two observed: unknown
