@@ -18,9 +18,10 @@ from daedalus.cli.common import console, fail, out, phases, progress
 from daedalus.models.errors import DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
-WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families), generated families (random-walk, "
-                  "spikes, level-shifts, noisy-diurnal; with -N: one seed), file names in data/workloads or "
-                  "paths; repeat the option or separate with commas")
+WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families, new-families, all-families), generated "
+                  "families (random-walk, spikes, level-shifts, noisy-diurnal, heavy-tailed, flapping, flat, "
+                  "slow-drift; with -N: one seed), file names in data/workloads or paths; repeat the option or "
+                  "separate with commas")
 
 
 def _advance(bars: Progress, bar: TaskID, what: str) -> None:
