@@ -16,6 +16,7 @@ waiting") and what set a scale-out ("scale-out set by …"); a block prints them
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,11 @@ def ledger_blocks(job: str, entries: Iterable[Any]) -> list[str]:
            "(it holds no end-to-end latency)", ""]
     for n, e in enumerate(rescales, start=1):
         lines = [f"rescale {n} at {utc(e.time)}: {e.current} → {e.target} ({e.kind})"]
-        recovery = [f"predicted {duration(e.predicted_recovery_s)}" if e.predicted_recovery_s is not None else "",
-                    f"observed {duration(e.observed_recovery_s)}" if e.observed_recovery_s is not None else ""]
-        if any(recovery):
-            lines.append("  recovery: " + ", ".join(r for r in recovery if r))
+        recovery = [f"{what} {duration(s)}" for what, s in (("predicted", e.predicted_recovery_s),
+                                                             ("observed", e.observed_recovery_s))
+                    if s is not None and math.isfinite(s)]
+        if recovery:
+            lines.append("  recovery: " + ", ".join(recovery))
         if e.verdict:
             lines.append(f"  verdict: {e.verdict}")
         lines += _reason_lines(e.reasons)

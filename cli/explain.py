@@ -29,7 +29,10 @@ def explain(
             from daedalus.connectors.store import KnowledgeStore
 
             assert store is not None and job is not None
-            blocks = ledger_blocks(job, KnowledgeStore(store).load(job).knowledge.ledger)
+            knowledge = KnowledgeStore(store).load(job).knowledge
+            if knowledge is None:
+                raise DaedalusError(f"nothing stored for job {job!r} in {store}")
+            blocks = ledger_blocks(job, knowledge.ledger)
     except (OSError, ValueError, KeyError, DaedalusError) as exc:
         fail(exc)
     for block in blocks:

@@ -90,6 +90,23 @@ def test_a_ledger_gives_one_block_per_executed_rescale():
     assert second.splitlines()[0] == "rescale 2 at 1970-01-01 01:00:00 UTC: 6 → 5 (scale-in)"
 
 
+def test_explain_reads_a_live_jobs_ledger_from_the_store(tmp_path):
+    from daedalus.connectors.store import KnowledgeStore
+    from daedalus.models.config import LoopConfig
+    from daedalus.models.knowledge import Knowledge
+
+    url = f"file://{tmp_path}/store"
+    k = Knowledge.new("j", LoopConfig())
+    k.record(LedgerEntry("j-1", 0.0, 4, 6, "scale-out", ("scale-out set by the envelope",), "executed",
+                         predicted_recovery_s=float("inf")))  # an older loop stored an unpredictable recovery
+    KnowledgeStore(url).save(k)
+    shown = CliRunner().invoke(app, ["explain", "--store", url, "--job", "j"])
+    assert shown.exit_code == 0, shown.output
+    assert "rescale 1 at 1970-01-01 00:00:00 UTC: 4 → 6 (scale-out)" in shown.output and "recovery" not in shown.output
+    missing = CliRunner().invoke(app, ["explain", "--store", url, "--job", "other"])
+    assert missing.exit_code == 1 and "nothing stored for job 'other'" in missing.output
+
+
 def test_leave_one_family_out_chooses_on_the_rest_and_judges_on_the_held_out_family():
     # Two settings, a paper trace and two families. "a" is best on the paper trace and on f1, "b" on f2.
     scores = {"a": {"paper-1": 10.0, "f1-0": 20.0, "f2-0": 100.0}, "b": {"paper-1": 30.0, "f1-0": 50.0, "f2-0": 40.0}}
