@@ -98,6 +98,9 @@ class LoopConfig:
     # seconds on top of the forecast over the next rescale interval, instead of chasing each minute. 0 turns it
     # off; at most the 30 minutes the analysis hands over (models/loop/analyze.py).
     envelope_s: float = 1800.0
+    # The capacity estimate's spread (observed scale-outs against their interpolation from the others) is added to
+    # the margin of every extrapolated scale-out, up to this much. 0 turns it off.
+    capacity_spread_max: float = 0.10
 
     @property
     def rescale_budget(self) -> int:
@@ -141,6 +144,8 @@ class LoopConfig:
             raise ValueError("latency_weight, forecast_z and rescale_price must be ≥ 0")
         if not (math.isfinite(self.max_rescales_per_hour) and self.max_rescales_per_hour > 0):
             raise ValueError(f"max_rescales_per_hour must be a positive number, got {self.max_rescales_per_hour!r}")
+        if not 0 <= self.capacity_spread_max < 0.5:
+            raise ValueError(f"capacity_spread_max must be in [0, 0.5), got {self.capacity_spread_max!r}")
         if not self.envelope_s >= 0:
             raise ValueError(f"envelope_s must be ≥ 0, got {self.envelope_s!r}")
         if self.scale_in_interval is not None and not self.scale_in_interval >= 0:

@@ -56,7 +56,6 @@ SOFT_PENALTY = 1e9  # per second of predicted latency above the budget: any sche
 EARLY_PENALTY = 1e8  # a scale-out sooner than `rescale_interval` after the last rescale: only to keep the budget
 SCALE_IN_STEP_S = 300.0  # later starts of a scale-in among the candidates, this far apart
 MIN_SWING = 0.15  # an excursion of the load above its trend up to this is noise: no envelope
-MAX_SPREAD = 0.10  # the capacity spread added to the margin of an extrapolated scale-out is at most this
 BUDGET_EXCEEDED = "rescale budget exceeded"  # marks a decision that rescales beyond the budget (the ledger, `explain`)
 
 
@@ -209,9 +208,9 @@ def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, str]:
         f"higher, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
 
 
-def capacity_spread(caps: np.ndarray, observed: np.ndarray) -> float:
+def capacity_spread(caps: np.ndarray, observed: np.ndarray, cap: float) -> float:
     """How far an extrapolated capacity may miss: each observed scale-out's per-worker capacity against its
-    interpolation from the other observed ones (leave one out), the largest relative miss, at most MAX_SPREAD.
+    interpolation from the other observed ones (leave one out), the largest relative miss, at most `cap`.
     0 while fewer than three scale-outs were observed."""
     seen = np.flatnonzero(observed) + 1
     if seen.size < 3:
@@ -222,7 +221,7 @@ def capacity_spread(caps: np.ndarray, observed: np.ndarray) -> float:
         others = np.delete(np.arange(seen.size), k)
         guess = float(np.interp(seen[k], seen[others], per_worker[others]))
         misses.append(abs(guess - per_worker[k]) / per_worker[k])
-    return float(min(MAX_SPREAD, max(misses))) if misses else 0.0
+    return float(min(cap, max(misses))) if misses else 0.0
 
 
 def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
@@ -239,7 +238,7 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
     lead_minute = np.minimum((np.arange(bins) * BIN_S // 60).astype(int), minutes - 1)
     upper = mean * (1 + cfg.forecast_z * errors[lead_minute])
     caps, observed, notes = corrected_capacities(a)
-    spread = capacity_spread(caps, observed)
+    spread = capacity_spread(caps, observed, cfg.capacity_spread_max)
     usable = caps * (1 - np.where(observed, cfg.capacity_margin, cfg.capacity_margin + spread))
     notes = list(notes)
     if spread > 0:

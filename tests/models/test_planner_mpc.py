@@ -407,6 +407,7 @@ def test_the_capacity_spread_is_the_largest_miss_of_an_interpolation_of_observed
     caps = np.array([100.0, 190.0, 300.0, 400.0])  # per worker 100, 95, 100, 100
     # Scale-out 2 interpolated from 1 and 3: 100 per worker, 5 / 95 = 5.3 % off; scale-out 3 from 2 and 4: 97.5,
     # 2.5 %. The largest: 5.3 %.
-    assert planner_mpc.capacity_spread(caps, np.array([True] * 4)) == pytest.approx(5 / 95)
-    assert planner_mpc.capacity_spread(np.array([100.0, 180.0, 300.0]), np.array([True] * 3)) == 0.10  # 11 %: capped
-    assert planner_mpc.capacity_spread(caps, np.array([True, False, False, True])) == 0.0  # two observed: unknown
+    assert planner_mpc.capacity_spread(caps, np.array([True] * 4), 0.1) == pytest.approx(5 / 95)
+    capped = planner_mpc.capacity_spread(np.array([100.0, 180.0, 300.0]), np.array([True] * 3), 0.1)
+    assert capped == 0.1  # 11 %: capped
+    assert planner_mpc.capacity_spread(caps, np.array([True, False, False, True]), 0.1) == 0.0  # two observed: unknown
