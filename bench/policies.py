@@ -243,6 +243,7 @@ FIGURES = (
     ("seconds_over_slo", lambda r: r["seconds_over_slo"]),
     ("seconds_over_slo_pct", lambda r: 100.0 * r["seconds_over_slo"] / r["duration_s"]),
     ("rescales", lambda r: r["rescales"]),
+    ("budget_exceeded", lambda r: r.get("budget_exceeded")),
     ("minutes_per_rescale", lambda r: r["duration_s"] / 60 / r["rescales"] if r["rescales"] else None),
     ("downtime_s", lambda r: r["downtime_s"]),
     ("forecaster_retrains", lambda r: r.get("forecaster_retrains")),
@@ -327,6 +328,8 @@ def check_targets(table: dict[str, dict[str, Any]], policy: str = "daedalus") ->
     add(f"× oracle ≤ {ORACLE_RATIO_EACH:g}", d.get("ratio_to_oracle"), ORACLE_RATIO_EACH)
     most = (d.get("rescales_range") or [d["rescales"]] * 2)[1]
     add("rescales ≤ 18 per 6 h (worst seed)", most, float(rescale_limit(d["duration_s"])))
+    beyond = (d.get("budget_exceeded_range") or [None, None])[1]
+    add("rescales beyond the budget = 0 (worst seed)", beyond, 0.0)
     add(f"p95 latency ≤ {P95_LIMIT_S:g} s", d["latency_p95_s"], P95_LIMIT_S)
     add(f"loop median < {LOOP_MS_LIMIT:g} ms", d.get("loop_ms_median"), LOOP_MS_LIMIT, strict=True)
     return checks
@@ -453,7 +456,8 @@ def run_benchmark(
             "daedalus_loop": {k: v for k, v in asdict(LoopConfig(**(loop_overrides or {}))).items()
                               if k in ("target_recovery_time", "scale_in_interval", "grace_s", "recent_rescale_s",
                                        "latency_slo", "latency_budget_share", "latency_weight", "forecast_z",
-                                       "capacity_margin", "rescale_interval", "rescale_price", "rescale_budget")},
+                                       "capacity_margin", "rescale_interval", "rescale_price", "max_rescales_per_hour",
+                                       "envelope_s")},
             "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": w.source, "group": w.group, "hours": w.hours} for w in workloads},
         },

@@ -18,9 +18,10 @@ from daedalus.cli.common import console, fail, out, phases, progress
 from daedalus.models.errors import DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
-WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families), generated families (random-walk, "
-                  "spikes, level-shifts, noisy-diurnal; with -N: one seed), file names in data/workloads or "
-                  "paths; repeat the option or separate with commas")
+WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families, new-families, all-families), generated "
+                  "families (random-walk, spikes, level-shifts, noisy-diurnal, heavy-tailed, flapping, flat, "
+                  "slow-drift; with -N: one seed), file names in data/workloads or paths; repeat the option or "
+                  "separate with commas")
 
 
 def _advance(bars: Progress, bar: TaskID, what: str) -> None:
@@ -76,10 +77,15 @@ TargetRecovery = Annotated[float | None, typer.Option(
 ScaleInInterval = Annotated[float | None, typer.Option(
     min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")]
 
+MaxRescalesPerHour = Annotated[float | None, typer.Option(
+    min=0.01, help="Daedalus: the rescale budget, rescales per hour over a rolling 2 hours (default 3: 6 in 2 h)")]
 
-def loop_overrides(target_recovery: float | None, scale_in_interval: float | None) -> dict[str, float]:
+
+def loop_overrides(target_recovery: float | None, scale_in_interval: float | None,
+                   max_rescales_per_hour: float | None = None) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
-    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval}
+    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
+             "max_rescales_per_hour": max_rescales_per_hour}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -223,6 +229,7 @@ def policies(
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
     target_recovery: TargetRecovery = None,
     scale_in_interval: ScaleInInterval = None,
+    max_rescales_per_hour: MaxRescalesPerHour = None,
     runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse it while its "
                                                    "code, trace and settings are unchanged (a re-run after a "
                                                    "planner change reruns the planners only; one cut short keeps "
@@ -239,7 +246,8 @@ def policies(
             summary = run_benchmark(
                 chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                 processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
-                loop_overrides=loop_overrides(target_recovery, scale_in_interval), runs_dir=runs,
+                loop_overrides=loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour),
+                runs_dir=runs,
                 on_start=lambda n: bars.update(bar, total=n),
                 on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
             )
@@ -247,6 +255,26 @@ def policies(
         fail(exc)
     console.print(_policies_table(summary))
     console.print(f"Wrote {out / 'policies.json'}, {out / 'policies.md'} and {len(summary['figures'])} figures")
+
+
+def cv(
+    seeds: Annotated[int, typer.Option(min=1, max=3, help="Draws of each family (0 … N−1)")] = 1,
+    out: Annotated[Path, typer.Option(help="Folder for cv.json and cv.md")] = Path("bench-output/cv"),
+    jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
+    runs: Annotated[Path | None, typer.Option(help="Keep each run here (one folder per setting) and reuse it")] = None,
+) -> None:
+    """The planner's settings by leave-one-family-out cross-validation: the paper traces and every generated
+    family under each setting of a small grid; prints the setting each fold chose and its held-out score."""
+    from daedalus.bench.cv import GRID, run_cv, settings_grid
+    from daedalus.bench.families import FAMILIES
+
+    total = len(settings_grid(GRID)) * (4 + len(FAMILIES) * seeds)
+    with progress("runs") as bars:
+        bar = bars.add_task("settings × workloads", total=total)
+        summary = run_cv(out, family_seeds=range(seeds), processes=jobs_parallel, runs_dir=runs,
+                         on_done=lambda r: _advance(bars, bar, f"{r['workload']}"))
+    console.print(Markdown((out / "cv.md").read_text()))
+    console.print(f"Chosen: {summary['chosen']}; wrote {out / 'cv.json'} and {out / 'cv.md'}")
 
 
 def loop(

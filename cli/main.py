@@ -13,6 +13,7 @@ import typer
 from daedalus.cli import backtest as cli_backtest
 from daedalus.cli import bench as cli_bench
 from daedalus.cli import deploy as cli_deploy
+from daedalus.cli import explain as cli_explain
 from daedalus.cli import exporter as cli_exporter
 from daedalus.cli import fleet as cli_fleet
 from daedalus.cli import flink as cli_flink
@@ -33,14 +34,14 @@ for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, 
                  cli_operate.status, cli_operate.approve, cli_operate.reject, cli_operate.pause, cli_operate.resume,
                  cli_operate.scale, cli_release.release, cli_deploy.worker, cli_pipeline.validate, cli_pipeline.retrain,
                  cli_pipeline.compact, cli_exporter.exporter, cli_step.step, cli_settings.config,
-                 cli_backtest.backtest):
+                 cli_backtest.backtest, cli_explain.explain):
     app.command()(_command)
 
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
                     no_args_is_help=True)
 for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.retrain, cli_bench.validate,
-                 cli_bench.policies, cli_bench.loop, cli_bench.forecast, cli_bench.capacity, cli_bench.fleet,
-                 cli_bench.chaos):
+                 cli_bench.policies, cli_bench.cv, cli_bench.loop, cli_bench.forecast, cli_bench.capacity,
+                 cli_bench.fleet, cli_bench.chaos):
     bench.command()(_command)
 bench.command(name="flink")(cli_flink.bench)  # calibration on a real local Flink (docs/engines.md)
 bench.command(name="backtest")(cli_backtest.bench)  # the fleet backtest on Spark (docs/backtest.md)

@@ -238,8 +238,11 @@ def simulate(
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
     target_recovery: cli_bench.TargetRecovery = None,
     scale_in_interval: cli_bench.ScaleInInterval = None,
+    max_rescales_per_hour: cli_bench.MaxRescalesPerHour = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
+    from daedalus.bench.explain import trace_path
+    from daedalus.sim.report import trace
     from daedalus.sim.workloads import load_workload
 
     if policy not in policies.names():
@@ -247,8 +250,9 @@ def simulate(
     try:
         values = load_workload(workload, hours=hours)
         with tempfile.TemporaryDirectory() as tmp:
-            _, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
-                                   cli_bench.loop_overrides(target_recovery, scale_in_interval),
+            result, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
+                                   cli_bench.loop_overrides(target_recovery, scale_in_interval,
+                                                            max_rescales_per_hour),
                                    store_url=f"{tmp}/knowledge" if prefect else None,
                                    prefect_home=Path(tmp) / "prefect" if prefect else None)
     except DaedalusError as exc:
@@ -256,6 +260,7 @@ def simulate(
     report["workload"] = str(workload)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2))
+    trace_path(json_out).write_text(json.dumps(trace(result)))  # what `daedalus explain OUT` reads
     console.print(_summary_table(report))
 
 

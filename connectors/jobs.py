@@ -34,8 +34,9 @@ LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in mo
 def _loop_settings() -> dict[str, Any]:
     """The jobs file's loop settings, derived from LoopConfig's declarations (`in_jobs_file`): name, default, and the
     type its kind reads (durations take "10m"; a None default stays allowed)."""
-    kinds: dict[str, Any] = {"duration": Duration, "duration ≥ 0": NonNegativeDuration, "count ≥ 1": int}
-    bounds: dict[str, dict[str, Any]] = {"count ≥ 1": {"ge": 1}}
+    kinds: dict[str, Any] = {"duration": Duration, "duration ≥ 0": NonNegativeDuration, "count ≥ 1": int,
+                             "number > 0": float}
+    bounds: dict[str, dict[str, Any]] = {"count ≥ 1": {"ge": 1}, "number > 0": {"gt": 0}}
     hints = get_type_hints(LoopConfig)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(LoopConfig):

@@ -104,6 +104,9 @@ class Analysis:
     holds: tuple[str, ...] = ()  # reasons the planner must hold (bad data, quarantine, …)
     # observed_load[i - 1]: the load (CapacityModel.load) C_i was observed at, 0.0 where C_i is estimated; () = unknown
     observed_load: tuple[float, ...] = ()
+    # The workload's last minute means, oldest first (the forecaster's record; () = unknown): how fast the load
+    # moves, which the planner's envelope needs (models/planning/mpc.py).
+    recent_minutes: tuple[float, ...] = ()
 
     def capacity(self, scaleout: int) -> float:
         return self.capacities[scaleout - 1]

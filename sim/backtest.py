@@ -30,7 +30,7 @@ from daedalus.models.errors import ValidationError
 from daedalus.models.forecast.forecaster import Forecaster
 from daedalus.models.text import utc
 from daedalus.models.types import Observation
-from daedalus.sim.report import score
+from daedalus.sim.report import score, trace
 from daedalus.sim.runner import JOB, run
 from daedalus.sim.simulator import SimConfig, Simulator
 
@@ -232,7 +232,8 @@ def _replay(name: str, history: History, fit: Fit, cfg: LoopConfig, seed: int) -
     result = run(history.workload, policy, sim_config, cfg, seed=seed, sim=job)
     s = score(result, slo_s=cfg.latency_slo)
     return {"worker_hours": s["worker_seconds"] / 3600.0, "seconds_over_slo": s["seconds_over_slo"],
-            "rescales": s["rescales"], "latency_p95_s": s["latency_s"]["p95"]}
+            "rescales": s["rescales"], "latency_p95_s": s["latency_s"]["p95"],
+            "budget_exceeded": s["budget_exceeded"], "trace": trace(result, cfg.latency_slo)}
 
 
 def default_policies() -> list[str]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from daedalus.models.config import RESCALE_WINDOW_S
 from daedalus.sim.runner import RunResult
 
 SLO_S = 60.0
@@ -15,6 +16,15 @@ def _pct(values: np.ndarray | list[float], q: float) -> float | None:
     a = np.asarray(values, dtype=float)
     a = a[np.isfinite(a)]
     return float(np.percentile(a, q)) if a.size else None
+
+
+def budget_exceeded(times: list[float], budget: int, window_s: float = RESCALE_WINDOW_S) -> int:
+    """Rescales beyond the budget: each one that makes more than `budget` in the window ending at it."""
+    t = np.sort(np.asarray(times, dtype=float))
+    if t.size == 0:
+        return 0
+    in_window = np.arange(t.size) - np.searchsorted(t, t - window_s, side="right") + 1
+    return int((in_window > budget).sum())
 
 
 def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
@@ -41,6 +51,7 @@ def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
         "seconds_over_slo": int((np.nan_to_num(latency) > slo_s).sum()),
         "slo_s": slo_s,
         "rescales": result.rescales,
+        "budget_exceeded": budget_exceeded(result.rescale_times, result.rescale_budget),
         "downtime_s": int(h.down.sum()),
         "capacity_error_pct": {"median": _pct(result.capacity_error_pct, 50),
                                "p95": _pct(result.capacity_error_pct, 95)},
@@ -48,3 +59,42 @@ def score(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
         "loop_ms": {"median": _pct(loop, 50), "p95": _pct(loop, 95),
                     "first_hour_median": _pct(first, 50), "last_hour_median": _pct(last, 50)},
     }
+
+
+def breaches(latency: np.ndarray, slo_s: float) -> list[tuple[int, int]]:
+    """Contiguous runs of seconds over the SLO, as (first second, last second), inclusive."""
+    over = np.nan_to_num(np.asarray(latency, dtype=float)) > slo_s
+    if not over.any():
+        return []
+    edges = np.diff(np.concatenate([[0], over.astype(int), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+def trace(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
+    """What `daedalus explain` needs of a run, compact: every executed rescale's loop and the last loop before each
+    breach of the SLO (its decision, reasons, forecast and capacities, estimated and true), and every breach (its
+    seconds, the latency's peak, the scale-out, the workload's peak against the true capacity)."""
+    h = result.history
+    spans = breaches(h.latency_s, slo_s)
+    wanted = {i for i, s in enumerate(result.steps) if s["executed"]}
+    out_breaches = []
+    for first, last in spans:
+        before = [i for i, s in enumerate(result.steps) if s["t"] <= first]
+        if before:
+            wanted.add(before[-1])
+        scaleouts = h.scaleout[first:last + 1]
+        top = int(scaleouts.max()) if scaleouts.size else 0
+        out_breaches.append({
+            "start": first, "end": last, "seconds": last - first + 1,
+            "peak_latency_s": float(np.nanmax(h.latency_s[first:last + 1])),
+            "scaleout": sorted({int(n) for n in scaleouts.tolist()}),
+            "workload_peak": float(np.nanmax(h.workload[max(0, first - 120):last + 1])),
+            "true_capacity": float(result.true_capacities[top - 1]) if top >= 1 else None,
+            "decision_before": before[-1] if before else None,
+        })
+    index = {i: n for n, i in enumerate(sorted(wanted))}
+    for b in out_breaches:
+        b["decision_before"] = None if b["decision_before"] is None else index[b["decision_before"]]
+    return {"policy": result.policy, "slo_s": slo_s, "duration_s": int(h.timestamps.size),
+            "decisions": [result.steps[i] for i in sorted(wanted)], "breaches": out_breaches}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,10 @@ class RunResult:
     forecast_wape: list[float] = field(default_factory=list)
     decisions: list[tuple[float, str, int, int]] = field(default_factory=list)  # (elapsed s, kind, from, to)
     knowledge: Knowledge | None = None
+    rescale_times: list[float] = field(default_factory=list)  # elapsed s of each executed rescale
+    # Per loop, what `daedalus explain` shows of it: the decision, its reasons and the capacities, estimated and true
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    rescale_budget: int = 6  # rescales allowed in any `RESCALE_WINDOW_S` (the loop config's), for `budget_exceeded`
 
 
 def _capacity_error(sim: Simulator, estimate: float) -> float | None:
@@ -66,7 +71,7 @@ def run(
     job = SimulatedJob(sim)
     target = Target(JOB, metrics=job, scaler=job, clock=job, config=cfg)
     result = RunResult(policy.name, sim.history(), sim_config.max_scaleout, sim.true_capacities(),
-                       sim.lower_bound_scaleout(workload))
+                       sim.lower_bound_scaleout(workload), rescale_budget=cfg.rescale_budget)
     loops = math.ceil(len(workload) / cfg.loop_interval_s)
     step = int(cfg.loop_interval_s)
     for n in range(loops):
@@ -83,6 +88,13 @@ def _record(result: RunResult, sim: Simulator, s: Step, elapsed: float) -> None:
     result.loop_ms.append((elapsed, s.loop_ms))
     result.decisions.append((elapsed, s.kind, s.current, s.target))
     result.rescales += s.executed
+    result.steps.append({"t": elapsed, "kind": s.kind, "from": s.current, "to": s.target, "executed": s.executed,
+                         "reasons": list(s.reasons), "forecast_peak": s.forecast_peak, "capacity_estimate": s.capacity,
+                         "capacity_estimate_target": s.capacity_target,
+                         "true_capacity": sim.true_capacity(s.current) if s.current >= 1 else None,
+                         "true_capacity_target": sim.true_capacity(s.target) if s.target >= 1 else None})
+    if s.executed:
+        result.rescale_times.append(elapsed)
     result.retrains += s.retrained
     err = None if s.capacity is None or s.kind == "hold" else _capacity_error(sim, s.capacity)
     if err is not None:

@@ -105,4 +105,18 @@ def analyze(cfg: LoopConfig, obs: Observation, k: Knowledge, now: float) -> Anal
         ),
         holds=holds,
         observed_load=observed_load,
+        recent_minutes=recent_minutes(k),
     )
+
+
+RECENT_MINUTES = 30  # minute means handed to the planner: its envelope looks back at most this far
+
+
+def recent_minutes(k: Knowledge) -> tuple[float, ...]:
+    """The last `RECENT_MINUTES` minute means of the workload the forecaster recorded (finite ones only)."""
+    record = getattr(k.forecaster, "record", None)
+    history = getattr(record, "history", None)
+    if not history:
+        return ()
+    last = list(history)[-RECENT_MINUTES:]
+    return tuple(float(v) for v in last if math.isfinite(v))

@@ -55,6 +55,8 @@ MAX_ERROR = 1.0  # the band never assumes the forecast off by more than this, re
 SOFT_PENALTY = 1e9  # per second of predicted latency above the budget: any schedule within it wins
 EARLY_PENALTY = 1e8  # a scale-out sooner than `rescale_interval` after the last rescale: only to keep the budget
 SCALE_IN_STEP_S = 300.0  # later starts of a scale-in among the candidates, this far apart
+MIN_SWING = 0.15  # an excursion of the load above its trend up to this is noise: no envelope
+BUDGET_EXCEEDED = "rescale budget exceeded"  # marks a decision that rescales beyond the budget (the ledger, `explain`)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Schedule:
     end_backlog_s: float  # seconds of capacity the backlog left at the horizon's end needs, on the upper band
     cost: float
     excess_s: float  # predicted latency above the budget, plus a backlog left at the end (0 when feasible)
+    cost_band: float = math.nan  # the same cost with the latency on the upper band: the saving's other end
 
     @property
     def feasible(self) -> bool:
@@ -97,6 +100,9 @@ class Inputs:
     expected: np.ndarray  # capacity expected per scale-out 1 … max (index 0 = scale-out 1), corrected
     usable: np.ndarray  # the same less the margin: what feasibility is checked against
     notes: tuple[str, ...]
+    band: np.ndarray | None = None  # the forecast's upper band alone, before the envelope (None: the same as upper)
+    excursion: float = 0.0  # the envelope: how far above its trend the load recently went, planned for on top
+    spread: float = 0.0  # the capacity spread added to the margin of every extrapolated scale-out
 
 
 def relative_errors(a: Analysis, minutes: int) -> np.ndarray:
@@ -174,6 +180,50 @@ def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str
     return caps, observed, tuple(notes)
 
 
+def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, str]:
+    """How far above its own trend the load went in the recent minutes, relatively (0 below MIN_SWING), and the
+    trend's level now: bursts and flapping, which the forecast line averages away or chases a minute late. The
+    planner plans for that excursion above the trend (or above the forecast, where higher) over the next rescale
+    interval rather than chase each minute: a scale-out chasing a load that jumps minute to minute rescales every
+    few minutes and is still late. The trend is the least-squares line through the minute means, so a steady rise
+    or fall is no excursion."""
+    minutes = int(cfg.envelope_s // 60)
+    recent = np.asarray(a.recent_minutes[-minutes:], dtype=float) if minutes >= 3 else np.zeros(0)
+    recent = recent[np.isfinite(recent)]
+    if recent.size < 3 or not recent.mean() > 0:
+        return 0.0, 0.0, ""
+    x = np.arange(recent.size, dtype=float)
+    slope, intercept = np.polyfit(x, recent, 1)
+    trend = np.maximum(slope * x + intercept, 0.05 * float(recent.mean()))
+    above = (recent - trend) / trend
+    excursion = float(above.max())
+    if excursion <= MIN_SWING:
+        return 0.0, 0.0, ""
+    worst = int(np.argmax(above))
+    level = float(trend[-1])
+    return excursion, level, (
+        f"envelope: in the last {recent.size} minutes the load went {100 * excursion:.0f} % above its trend "
+        f"({float(recent[worst]):,.0f}/s against {float(trend[worst]):,.0f}/s, {recent.size - worst} min ago): "
+        f"planning for {100 * excursion:.0f} % above the trend ({level:,.0f}/s now) or the forecast, whichever is "
+        f"higher, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
+
+
+def capacity_spread(caps: np.ndarray, observed: np.ndarray, cap: float) -> float:
+    """How far an extrapolated capacity may miss: each observed scale-out's per-worker capacity against its
+    interpolation from the other observed ones (leave one out), the largest relative miss, at most `cap`.
+    0 while fewer than three scale-outs were observed."""
+    seen = np.flatnonzero(observed) + 1
+    if seen.size < 3:
+        return 0.0
+    per_worker = caps[seen - 1] / seen
+    misses = []
+    for k in range(1, seen.size - 1):  # interior points only: interpolation, not extrapolation
+        others = np.delete(np.arange(seen.size), k)
+        guess = float(np.interp(seen[k], seen[others], per_worker[others]))
+        misses.append(abs(guess - per_worker[k]) / per_worker[k])
+    return float(min(cap, max(misses))) if misses else 0.0
+
+
 def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
     bins = max(1, round(horizon_s / BIN_S))
     per_second = np.asarray(a.forecast.values, dtype=float)
@@ -187,14 +237,26 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
     errors = relative_errors(a, minutes)
     lead_minute = np.minimum((np.arange(bins) * BIN_S // 60).astype(int), minutes - 1)
     upper = mean * (1 + cfg.forecast_z * errors[lead_minute])
-    caps, _, notes = corrected_capacities(a)
-    usable = caps * (1 - cfg.capacity_margin)
+    caps, observed, notes = corrected_capacities(a)
+    spread = capacity_spread(caps, observed, cfg.capacity_spread_max)
+    usable = caps * (1 - np.where(observed, cfg.capacity_margin, cfg.capacity_margin + spread))
+    notes = list(notes)
+    if spread > 0:
+        notes.append(f"capacity spread: observed scale-outs miss their interpolation by up to {100 * spread:.0f} %: "
+                     "that much more margin on every extrapolated one")
+    band = upper.copy()
+    excursion, level, why = envelope(cfg, a)
+    if excursion > 0:
+        k = min(bins, round((cfg.rescale_interval + ROBUST_EXTRA_S) / BIN_S))
+        upper[:k] = np.maximum(upper[:k], np.maximum(mean[:k], level) * (1 + excursion))
+        notes.append(why)
     # No schedule can plan for more than the largest scale-out processes: the band is cut there (else a wide
     # band far ahead would make every schedule infeasible alike, and the planner could no longer compare them).
     ceiling = float(usable.max())
     if ceiling > 0:
         upper = np.minimum(upper, np.maximum(ceiling, mean))
-    return Inputs(mean, upper, caps, usable, notes)
+        band = np.minimum(band, np.maximum(ceiling, mean))
+    return Inputs(mean, upper, caps, usable, tuple(notes), band, excursion, spread)
 
 
 def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.ndarray, at: np.ndarray,
@@ -231,7 +293,7 @@ def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.nd
 
 def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
              candidates: list[tuple[tuple[float, int], ...]], downtime_out_s: float,
-             downtime_in_s: float, robust_s: float | None = None) -> list[Schedule]:
+             downtime_in_s: float, robust_s: float | None = None, price: float | None = None) -> list[Schedule]:
     """Cost (expected) and feasibility (robust) of every candidate schedule (at most two switches).
 
     Expected, over the whole horizon: the mean forecast, the corrected capacities, half a checkpoint interval of
@@ -260,6 +322,7 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     last_n = np.array([c[-1][1] if c else current for c in candidates])
     # Per candidate: Σ expected latency, max robust latency and the robust backlog left, over both segments.
     delay, max_latency, end_backlog, behind = np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m)
+    delay_band = np.zeros(m)
     catch_up = cfg.latency_slo  # a rescale's backlog must be worked off this long after the restart
 
     def caught_up(latency: np.ndarray, rows: np.ndarray, restart: np.ndarray, offset: int, limit: np.ndarray
@@ -282,6 +345,7 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
             delay += np.cumsum(latency1, axis=1)[first_row, k_end - 1] * BIN_S
             behind += caught_up(latency1, first_row, (at1 + d1)[first_row], 0, k_end)
         else:
+            delay_band += np.cumsum(latency1, axis=1)[first_row, k_end - 1] * BIN_S
             upto = np.minimum(k_end, k_robust)
             max_latency += np.maximum.accumulate(latency1, axis=1)[first_row, upto - 1]
             end_backlog += np.where(k_end >= k_robust, backlog1[first_row, k_robust - 1], 0.0)
@@ -295,18 +359,22 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
             if name == "expected":
                 delay[idx] += lat.sum(axis=1) * BIN_S
                 behind[idx] += caught_up(lat, np.arange(idx.size), k2 * BIN_S + downs, k2, np.full(idx.size, bins))
-            elif k2 < k_robust:
-                max_latency[idx] = np.maximum(max_latency[idx], lat[:, :k_robust - k2].max(axis=1))
-                end_backlog[idx] = back[:, k_robust - k2 - 1]
+            else:
+                delay_band[idx] += lat.sum(axis=1) * BIN_S
+                if k2 < k_robust:
+                    max_latency[idx] = np.maximum(max_latency[idx], lat[:, :k_robust - k2].max(axis=1))
+                    end_backlog[idx] = back[:, k_robust - k2 - 1]
     end_backlog = end_backlog / inputs.usable[last_n - 1]
     before = np.minimum(k_end, np.floor(np.where(np.isinf(at1), np.inf, at1) / BIN_S)[first_row].clip(0, bins))
     worker_s = (before * current + (k_end - before) * n1[first_row] + (bins - k_end) * last_n) * BIN_S
     budget = cfg.latency_budget_share * cfg.latency_slo
     excess = np.maximum(max_latency - budget, 0.0) + np.maximum(end_backlog - BIN_S, 0.0) + behind
     switches = np.array([len(c) for c in candidates], dtype=float)
-    cost = worker_s + cfg.latency_weight * delay + cfg.rescale_price * switches
+    per_switch = cfg.rescale_price if price is None else price
+    cost = worker_s + cfg.latency_weight * delay + per_switch * switches
+    cost_band = worker_s + cfg.latency_weight * delay_band + per_switch * switches
     return [Schedule(c, float(worker_s[i]), float(delay[i]), float(max_latency[i]), float(end_backlog[i]),
-                     float(cost[i]), float(excess[i])) for i, c in enumerate(candidates)]
+                     float(cost[i]), float(excess[i]), float(cost_band[i])) for i, c in enumerate(candidates)]
 
 
 def candidates(cfg: LoopConfig, current: int, horizon: float, grace_left: float, scale_in_left: float,
@@ -376,23 +444,26 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     if unobserved:  # every smaller capacity would be an extrapolation from a capacity not measured yet
         scale_in_left = math.inf
     allowed = cfg.rescale_budget
-    spent = allowed is not None and recent_rescales + 2 > allowed  # a scale-in and a scale-out undoing it must fit
+    left = allowed - recent_rescales
+    spent = left < 2  # a scale-in and the scale-out that may undo it must both fit in what the window has left
     if spent:
         scale_in_left = math.inf
+    # The budget's shadow price: each rescale dearer as the window's budget runs out, so it goes where it buys most.
+    price = cfg.rescale_price * allowed / max(left, 1)
     pace_left = 0.0 if last_rescale is None else max(0.0, cfg.rescale_interval - (now - last_rescale))
     # The band must be kept until a schedule could next act at the planner's pace (and its rescale is over):
     # beyond that a shortfall of the band is met by the next switch, which the candidates include.
     robust_s = min(horizon, cfg.rescale_interval + ROBUST_EXTRA_S)
     settled = last_rescale is not None and last_action is not None and last_rescale >= last_action
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # capacities near 0 or 1e300: inf, ranked last
-        [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s)
+        [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s, price)
         # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
         # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
         # and never after an intent that did not reach the target (its grace period keeps it from being redone).
         breach = grace_left > 0 and settled and keep.max_latency_s > cfg.latency_slo
         schedules = [keep, *evaluate(cfg, inputs, cur, a.lag,
                                      candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left, breach),
-                                     d_out, d_in, robust_s)]
+                                     d_out, d_in, robust_s, price)]
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
@@ -411,22 +482,49 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     if not best.feasible and not best.now and not keep.feasible:
         # Nothing keeps the budget: waiting for a better moment would only repeat itself loop after loop.
         best = min((s for s in schedules if s.now or s is keep), key=rank)
-    waiting = min((s for s in schedules if not s.now), key=rank)
     notes = [f"forecast over the next {duration(horizon)} ({a.forecast.method}): peak "
              f"{float(inputs.mean.max()):,.0f}/s, "
              f"upper band {float(inputs.upper.max()):,.0f}/s (z = {cfg.forecast_z:g}); latency budget "
              f"{budget:.0f} s ({cfg.latency_budget_share:g} × SLO {cfg.latency_slo:.0f} s)", *inputs.notes]
     if unobserved:
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
-    if spent:
-        notes.append(f"{recent_rescales} rescales in the last {duration(RESCALE_WINDOW_S)} (budget "
-                     f"{allowed}): no scale-in, which a scale-out might have to undo")
+    notes.append(f"rescale budget: {recent_rescales} of {allowed} spent in the last {duration(RESCALE_WINDOW_S)} "
+                 f"({cfg.max_rescales_per_hour:g} an hour): {price:,.0f} worker-s per rescale"
+                 + (", no scale-in, which a scale-out might have to undo" if spent else ""))
+    # A deferred switch is a bet that the next loop knows more; a growing backlog loses it. Wait only while the
+    # current scale-out keeps up: its usable capacity covers the workload and drains the backlog within the SLO.
+    need = a.avg_workload + a.lag / cfg.latency_slo
+    keeps_up = float(inputs.usable[cur - 1]) >= need
+    if best.switches and not best.now and not keeps_up:
+        if best.switches[0][1] > cur:
+            nows = [s for s in schedules if s.now and s.switches[0][1] > cur]
+            if nows:
+                best = min(nows, key=rank)
+                notes.append(f"not waiting: {cur} does not keep up (usable {float(inputs.usable[cur - 1]):,.0f}/s "
+                             f"against the workload {a.avg_workload:,.0f}/s + the backlog's drain "
+                             f"{a.lag / cfg.latency_slo:,.0f}/s)")
+        else:
+            best = keep
+    # Hold when a switch's saving lies within the uncertainty: cheaper on the forecast but not on its upper band.
+    if best.now and keep.feasible and best.feasible and not (best.cost_band < keep.cost_band):
+        notes.append(f"hold: {best.describe(cur)} saves {keep.cost - best.cost:,.0f} on the forecast but "
+                     f"{keep.cost_band - best.cost_band:,.0f} on its upper band: within the uncertainty")
+        best = keep
+    exceeded = False
+    if best.now and left <= 0:
+        if keep.max_latency_s <= cfg.latency_slo and keep.end_backlog_s <= BIN_S:
+            notes.append(f"rescale budget spent ({recent_rescales} of {allowed}): keeping {cur}, which keeps the "
+                         f"{cfg.latency_slo:.0f} s SLO (predicted ≤ {keep.max_latency_s:.0f} s)")
+            best = keep
+        else:
+            exceeded = True
+    waiting = min((s for s in schedules if not s.now), key=rank)
 
     def text(s: Schedule) -> str:
         n = len(s.switches)
-        price = f" + {n} × {cfg.rescale_price:,.0f} per rescale" if n and cfg.rescale_price else ""
+        fee = f" + {n} × {price:,.0f} per rescale" if n and price else ""
         out = (f"{s.describe(cur)}: {s.worker_s:,.0f} worker-s + {cfg.latency_weight:g} × {s.delay_s:,.0f} s of "
-               f"added latency{price} = {s.cost:,.0f}, predicted latency ≤ {s.max_latency_s:.0f} s")
+               f"added latency{fee} = {s.cost:,.0f}, predicted latency ≤ {s.max_latency_s:.0f} s")
         if s.max_latency_s > budget:
             out += f" (over the budget {budget:.0f} s)"
         elif s.end_backlog_s > BIN_S:
@@ -446,6 +544,34 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     if early(best) and last_rescale is not None:
         notes.append(f"the last rescale was {now - last_rescale:.0f} s ago (< {cfg.rescale_interval:.0f} s): "
                      "rescaling sooner than the planner's pace, since waiting would break the latency budget")
+    if target > cur:
+        notes.append(set_by(inputs, target, robust_s, keeps_up))
+    if exceeded:
+        notes.append(f"{BUDGET_EXCEEDED}: {recent_rescales} of {allowed} spent in the last "
+                     f"{duration(RESCALE_WINDOW_S)}, but keeping {cur} would break the {cfg.latency_slo:.0f} s SLO "
+                     f"(predicted {keep.max_latency_s:.0f} s)")
     notes.append(f"cheapest: {text(best)}, against {waiting.cost:,.0f} waiting ({waiting.describe(cur)}): "
                  f"{cur} → {target}")
     return target, tuple(notes), early(best)
+
+
+def set_by(inputs: Inputs, target: int, robust_s: float, keeps_up: bool) -> str:
+    """Which load set a scale-out: the smallest scale-out covering each of the forecast, its upper band and the
+    envelope over the robust window, against the one chosen (the first that reaches it names the cause)."""
+    k = max(1, min(inputs.mean.size, round(robust_s / BIN_S)))
+    band = inputs.upper if inputs.band is None else inputs.band
+    loads = (("the forecast", float(inputs.mean[:k].max())),
+             ("the forecast's upper band (the recent error at each lead)", float(band[:k].max())),
+             ("the envelope (the recent excursion above the trend)", float(inputs.upper[:k].max())))
+
+    def smallest(load: float) -> int:
+        fits = np.flatnonzero(inputs.usable >= load)
+        return int(fits[0]) + 1 if fits.size else inputs.usable.size
+
+    for name, load in loads:
+        if smallest(load) >= target:
+            return f"scale-out set by {name}: {load:,.0f}/s needs {smallest(load)}"
+    if not keeps_up:
+        return "scale-out set by the backlog: the current scale-out does not keep up"
+    return (f"scale-out set by the latency of the switch (downtime, replay and catch-up): {loads[-1][1]:,.0f}/s "
+            f"alone needs {smallest(loads[-1][1])}")

@@ -36,7 +36,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from daedalus.models.config import RESCALE_BUDGET, RESCALE_WINDOW_S
+from daedalus.models.config import LoopConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,7 +192,10 @@ def solve(inst: Instance, margin_s: float = 0.0, relaxed: bool = False, backlog_
     return Plan(tuple(schedule), worker_seconds, over_total, rescales)
 
 
-RESCALE_EVERY_S = RESCALE_WINDOW_S / RESCALE_BUDGET  # at most 18 in any 6 hours: one per 20 min in a shorter run
+# The default rescale budget (`LoopConfig.max_rescales_per_hour`, 3) over the benchmark's 6 hours: 18 in a run, one
+# per 20 minutes in a shorter run.
+RESCALE_EVERY_S = 3600.0 / LoopConfig.max_rescales_per_hour
+RESCALE_BUDGET = round(6 * LoopConfig.max_rescales_per_hour)
 
 
 def rescale_limit(duration_s: float) -> int:

@@ -27,6 +27,9 @@ class Step:
     capacity: float | None = None  # estimated capacity at the current scale-out, if the policy estimates one
     forecast_wape: float | None = None  # WAPE of the previous forecast, if the policy forecasts
     retrained: bool = False  # a forecaster was retrained after the step (background work, not in loop_ms)
+    reasons: tuple[str, ...] = ()  # why, if the policy says (the Daedalus loop: its decision's reasons)
+    forecast_peak: float | None = None  # the forecast's peak over its horizon, if the policy forecasts
+    capacity_target: float | None = None  # estimated capacity at the target scale-out, if the policy estimates one
 
 
 class Policy(Protocol):

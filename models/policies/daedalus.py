@@ -38,7 +38,8 @@ class Daedalus:
         return Step(d.kind, d.current, d.target, it.loop_ms,
                     executed=it.action is not None and it.action.state == "executed",
                     capacity=a.capacity(a.scaleout), forecast_wape=a.forecast.previous_wape,
-                    retrained=self._retrain(target.clock.now()))
+                    retrained=self._retrain(target.clock.now()), reasons=d.reasons, forecast_peak=a.forecast.peak,
+                    capacity_target=a.capacity(d.target) if 1 <= d.target <= len(a.capacities) else None)
 
     def _retrain(self, now: float) -> bool:
         f = self.knowledge.forecaster

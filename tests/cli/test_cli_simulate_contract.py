@@ -39,6 +39,7 @@ def test_every_policy_writes_the_contract_keys(reports, policy):
     assert 0 < r["lower_bound_worker_seconds"] <= r["static_worker_seconds"]
     assert r["latency_s"]["p95"] >= 0.5  # the simulator's latency of a tuple processed in its own second
     assert isinstance(r["seconds_over_slo"], int) and isinstance(r["rescales"], int)
+    assert isinstance(r["budget_exceeded"], int) and 0 <= r["budget_exceeded"] <= r["rescales"]
     assert r["loop_ms"]["median"] >= 0
 
 

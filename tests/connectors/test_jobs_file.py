@@ -36,6 +36,12 @@ def test_a_good_file_maps_onto_the_loop_settings(tmp_path):
 
     assert spec.blackout[0].contains(time(23, 30)) and spec.blackout[0].contains(time(1, 0))
     assert not spec.blackout[0].contains(time(12, 0))
+    assert (cfg.max_rescales_per_hour, cfg.rescale_budget) == (3.0, 6)  # the default: 6 in any 2 hours
+
+
+def test_the_rescale_budget_maps_from_the_jobs_file():
+    spec = parse_jobs(job(max_rescales_per_hour=1.5)).job("ysb-ads")
+    assert (spec.loop_config().max_rescales_per_hour, spec.loop_config().rescale_budget) == (1.5, 3)
 
 
 def test_the_loop_settings_are_loopconfigs_own_names_and_defaults():
@@ -46,7 +52,8 @@ def test_the_loop_settings_are_loopconfigs_own_names_and_defaults():
 
     declared = {f.name: f.default for f in dataclasses.fields(LoopConfig) if JOBS_FILE in f.metadata}
     assert set(declared) == {"partitions", "target_recovery_time", "checkpoint_interval", "scale_in_interval", "mode",
-                             "approval_timeout", "manual_hold", "planner", "latency_slo", "ceiling"}
+                             "approval_timeout", "manual_hold", "planner", "latency_slo", "ceiling",
+                             "max_rescales_per_hour"}
     assert {name: JobSpec.model_fields[name].default for name in declared} == declared
     spec = parse_jobs(job(manual_hold="2m", ceiling="20m", partitions=24, planner="daedalus-paper"), "j.yaml").jobs[0]
     cfg = spec.loop_config()
@@ -69,6 +76,7 @@ def test_the_loop_settings_are_loopconfigs_own_names_and_defaults():
         (job(partitions=0), "field partitions: Input should be greater than or equal to 1"),
         (job(manual_hold="-5m"), "field manual_hold"),
         (job(rescale_price=10), "field rescale_price: Extra inputs are not permitted"),  # not a jobs-file setting
+        (job(max_rescales_per_hour=0), "field max_rescales_per_hour: Input should be greater than 0"),
     ],
 )
 def test_each_error_names_file_job_and_field(data, expected):
