@@ -46,7 +46,7 @@ from typing import Any
 from daedalus.bench.fleet import POOL, fleet_client
 from daedalus.bench.schedule import _deploy, _zygote, bench_jobs_file
 from daedalus.connectors.sim_persistent import received
-from daedalus.connectors.store import KnowledgeStore
+from daedalus.connectors.store import Store
 from daedalus.flows.background import RECOVERY_DEADLINE_S
 from daedalus.models.errors import DaedalusError
 from daedalus.runtime.fleet import Fleet, descendants, down, postgres_crash, up
@@ -187,7 +187,7 @@ def stuck(runs: list[Any], loops: set[str], now: float) -> list[str]:
 
 def check_actions(store_url: str, jobs: list[str]) -> dict[str, Any]:
     """Each job's received rescales against its ledger: duplicated and lost actions, with the ids."""
-    store = KnowledgeStore(store_url)
+    store = Store(store_url)
     duplicated, lost, got_total, executed_total = 0, [], 0, 0
     duplicated_ids: list[str] = []
     for job in jobs:
@@ -195,7 +195,7 @@ def check_actions(store_url: str, jobs: list[str]) -> dict[str, Any]:
         got_total += len(got)
         duplicated += len(got) - len(set(got))
         duplicated_ids += [f"{job}:{d}" for d in sorted({d for d in got if got.count(d) > 1})]
-        loaded = store.load(job).knowledge
+        loaded = store.job(job).load().knowledge
         ledger = {} if loaded is None else {e.id: e.state for e in loaded.ledger}
         executed = {d for d, state in ledger.items() if state == "executed"}
         executed_total += len(executed)
@@ -208,13 +208,13 @@ def check_actions(store_url: str, jobs: list[str]) -> dict[str, Any]:
 
 def check_checksums(store_url: str) -> tuple[bool, int, list[str]]:
     """Every stored knowledge version decodes (header, length, SHA-256): (all valid, versions read, failures)."""
-    store = KnowledgeStore(store_url)
+    store = Store(store_url)
     bad, count = [], 0
     for job in store.jobs():
-        for version in store.versions(job):
+        for version in store.job(job).versions():
             count += 1
             try:
-                store.read(job, version)
+                store.job(job).read(version)
             except (DaedalusError, OSError) as exc:
                 bad.append(f"{job} v{version}: {exc}")
     return not bad, count, bad

@@ -26,10 +26,10 @@ def explain(
         if report is not None:
             blocks = explain_file(report)
         else:
-            from daedalus.connectors.store import KnowledgeStore
+            from daedalus.connectors.store import Store
 
             assert store is not None and job is not None
-            knowledge = KnowledgeStore(store).load(job).knowledge
+            knowledge = Store(store).job(job).load().knowledge
             if knowledge is None:
                 raise DaedalusError(f"nothing stored for job {job!r} in {store}")
             blocks = ledger_blocks(job, knowledge.ledger)

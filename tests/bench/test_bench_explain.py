@@ -91,7 +91,7 @@ def test_a_ledger_gives_one_block_per_executed_rescale():
 
 
 def test_explain_reads_a_live_jobs_ledger_from_the_store(tmp_path):
-    from daedalus.connectors.store import KnowledgeStore
+    from daedalus.connectors.store import Store
     from daedalus.models.config import LoopConfig
     from daedalus.models.knowledge import Knowledge
 
@@ -99,7 +99,7 @@ def test_explain_reads_a_live_jobs_ledger_from_the_store(tmp_path):
     k = Knowledge.new("j", LoopConfig())
     k.record(LedgerEntry("j-1", 0.0, 4, 6, "scale-out", ("scale-out set by the envelope",), "executed",
                          predicted_recovery_s=float("inf")))  # an older loop stored an unpredictable recovery
-    KnowledgeStore(url).save(k)
+    Store(url).job("j").save(k)
     shown = CliRunner().invoke(app, ["explain", "--store", url, "--job", "j"])
     assert shown.exit_code == 0, shown.output
     assert "rescale 1 at 1970-01-01 00:00:00 UTC: 4 → 6 (scale-out)" in shown.output and "recovery" not in shown.output

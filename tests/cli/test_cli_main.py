@@ -17,10 +17,10 @@ def test_every_command_and_group_is_there():
     found = names(app)
     assert sorted(found) == sorted(["simulate", "demo", "backtest", "observe", "jobs", "deploy", "status", "approve",
                                     "reject", "pause", "resume", "scale", "worker", "validate", "retrain", "compact",
-                                    "bench", "exporter", "step", "release", "config", "fleet"])
+                                    "bench", "exporter", "step", "release", "config", "fleet", "explain"])
     assert found["jobs"] == ["check"]
     assert found["fleet"] == ["down", "status", "up"]
-    assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "loop",
+    assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "cv", "loop",
                                      "backtest", "forecast", "capacity", "flink", "fleet", "chaos"])
 
 
