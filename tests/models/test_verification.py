@@ -212,22 +212,27 @@ CFG = LoopConfig(max_scaleout=8, scale_in_interval=0)
 
 
 @pytest.fixture(scope="module")
-def bottlenecked() -> tuple[Simulator, Knowledge, list[Iteration]]:
-    """Two workers of 1,000/s feed a non-parallel stage of 1,500/s and 2,500/s arrive, for two hours of loops."""
+def bottlenecked() -> tuple[Simulator, Knowledge, list[Iteration], Knowledge]:
+    """Two workers of 1,000/s feed a non-parallel stage of 1,500/s and 2,500/s arrive, for two hours of loops; the
+    knowledge at the end, and as it was after 50 minutes (within the ceiling's hour)."""
+    import copy
+
     sim = Simulator(np.full(4 * 3600, 2500.0), SimConfig(**NOISY, bottleneck_capacity=1500.0), seed=3,
                     initial_scaleout=2)
     k = Knowledge.new("sim", CFG)
     target = simulated_target(sim, CFG)
     its = []
-    for _ in range(120):
+    for minute in range(120):
         sim.advance(60)
         its.append(iterate(target, k, PLAIN))
-    return sim, k, its
+        if minute == 50:
+            held = copy.deepcopy(k)
+    return sim, k, its, held
 
 
 def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_below_the_ceiling(bottlenecked):
     # The loop scales out, sees the scale-out buy nothing, goes back to 2 and stays there for the ceiling's hour.
-    sim, k, its = bottlenecked
+    sim, k, its, held = bottlenecked
     cfg = CFG
     executed = [(it.action.current, it.action.target, it.action.time) for it in its
                 if it.action is not None and it.action.state == "executed"]
@@ -239,8 +244,11 @@ def test_the_loop_rolls_back_an_ineffective_scale_out_names_the_stage_and_keeps_
     rollback = next(it for it in its if it.action is not None and it.action.time == back[2])
     assert "ineffective" in rollback.decision.reasons[0] and "aggregate 100 % → 100 %" in rollback.decision.reasons[0]
     assert "1 subtask at scale-out" in rollback.decision.reasons[0]  # the stage named, and why it cannot scale
-    assert k.ceiling is not None and (k.ceiling.stage, k.ceiling.scaleout) == ("aggregate", 2)  # tried again after
+    assert held.ceiling is not None and (held.ceiling.stage, held.ceiling.scaleout) == ("aggregate", 2)
     assert [e for e in executed if back[2] < e[2] < back[2] + cfg.ceiling] == []  # nothing in the ceiling's hour
+    # Nor after it: the capacity observed at the larger scale-outs (no more than at 2) tells the planner that no
+    # scale-out helps, so it spends no rescale on trying again once the ceiling has expired.
+    assert k.ceiling is None and [e for e in executed if e[2] > back[2]] == []
     assert k.entry(rollback.decision.id).verdict == "effective"  # the rollback lost nothing
     assert k.bottleneck is not None and k.bottleneck.stage == "aggregate" and not k.bottleneck.scalable
     assert math.isclose(sim.true_capacity(8), 1500.0)
@@ -289,11 +297,11 @@ def test_a_scale_out_that_raises_capacity_is_not_undone_while_its_hot_worker_cat
 
 def test_the_verdict_and_the_bottleneck_show_in_the_ledger_status_dashboard_and_exporter(bottlenecked, tmp_path,
                                                                                           capsys):
-    _, k, its = bottlenecked
+    _, _, its, k = bottlenecked  # within the ceiling's hour
     rows = ledger_rows(k, limit=120)
     assert any(r["verdict"].startswith("ineffective (") and r["verdict"].endswith("of the predicted capacity)")
                for r in rows)
-    record = status_record(its[-1], k, "auto", None, 0.0)
+    record = status_record(its[50], k, "auto", None, 0.0)
     assert record["bottleneck"]["stage"] == "aggregate" and record["bottleneck"]["scalable"] is False
     assert record["ceiling"]["scaleout"] == 2 and record["verdict"]["verdict"] in ("effective", "ineffective")
     url = str(tmp_path / "store")
@@ -321,7 +329,7 @@ def test_the_flink_demo_reports_the_rollback_and_the_stage_in_the_contracts_shap
     from daedalus.runtime.flink import Outage
     from daedalus.runtime.flink_demo_report import verification_report
 
-    _, k, its = bottlenecked
+    _, k, its, _ = bottlenecked
     loops = [{**it.summary(), "time": it.decision.time,
               **({"action_time": it.action.time} if it.action is not None and it.action.state == "executed" else {})}
              for it in its]
