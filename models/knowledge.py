@@ -109,6 +109,12 @@ class Knowledge:
         entry.mark(state, wall, by)
         self.note(entry, at, text)
 
+    def intend(self, entry: LedgerEntry, at: float, text: str) -> None:
+        """The write-ahead intent before a scaler is called: the entry is `executing` (no event of its own: what the
+        call did is the event) and its history says what is about to be done."""
+        entry.state = "executing"
+        self.note(entry, at, text)
+
     def entry(self, entry_id: str) -> LedgerEntry | None:
         return next((e for e in reversed(self.ledger) if e.id == entry_id), None)
 

@@ -269,9 +269,10 @@ def test_the_store_rule_can_fail() -> None:
         bad.unlink()
 
 
-# The knowledge is the only writer of its ledger (ARCHITECTURE.md): no module but models/knowledge.py appends to or
-# rewrites `.ledger`, adds to a ledger entry's `.history` or moves an entry (`.mark(`). A `history` of one's own
-# (`self.history`: the local Flink cluster's) and the forecaster's WAPE history (models/forecast/) are not the ledger's.
+# The knowledge is the only writer of its ledger (docs/design.md): no module but models/knowledge.py appends to or
+# rewrites `.ledger`, adds to a ledger entry's `.history`, moves an entry (`.mark(`) or sets another object's
+# `.state`. A `history` of one's own (`self.history`: the local Flink cluster's) and the forecaster's WAPE history
+# (models/forecast/) are not the ledger's.
 LEDGER_WRITER = "models/knowledge.py"
 OTHER_HISTORIES = ("models/forecast/",)
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}
@@ -295,6 +296,9 @@ def _ledger_writes(path: Path) -> list[tuple[int, str]]:
             t = t.value if isinstance(t, ast.Subscript) else t
             if isinstance(t, ast.Attribute) and t.attr == "ledger":
                 out.append((node.lineno, "rewrites a ledger (.ledger =)"))
+            elif (isinstance(t, ast.Attribute) and t.attr == "state"
+                  and not (isinstance(t.value, ast.Name) and t.value.id == "self")):
+                out.append((node.lineno, "sets an entry's state (.state =)"))
     return out
 
 
@@ -320,10 +324,11 @@ def test_the_knowledge_is_the_only_writer_of_its_ledger() -> None:
 def test_the_ledger_rule_can_fail() -> None:
     bad = ROOT / "models" / "loop" / "_ledger_probe.py"
     bad.write_text("def f(k, entry, self):\n    k.ledger.append(entry)\n    entry.history.append((0, 'x'))\n"
-                   "    entry.mark('executed', 0)\n    del k.ledger[:1]\n    self.history.append(1)\n")
+                   "    entry.mark('executed', 0)\n    del k.ledger[:1]\n    self.history.append(1)\n"
+                   "    entry.state = 'executing'\n")
     try:
         probe = sorted(w.split(" ", 1)[0].rsplit(":", 1)[1] for w in _ledger_breaches()
                        if w.startswith("models/loop/_ledger_probe.py"))
-        assert probe == ["2", "3", "4", "5"]
+        assert probe == ["2", "3", "4", "5", "7"]
     finally:
         bad.unlink()

@@ -58,8 +58,7 @@ def apply(decision: Decision, knowledge: Knowledge, scaler: Scaler, now: float, 
         knowledge.record(entry)
     previous_action = knowledge.last_action
     if not dry_run:
-        entry.state = "executing"
-        knowledge.note(entry, now, f"intent: {decision.current} → {decision.target}")
+        knowledge.intend(entry, now, f"intent: {decision.current} → {decision.target}")
         knowledge.last_action = now  # a run that dies from here on still leaves the grace period
         if journal is not None:
             journal(knowledge)  # durable before the target is touched
