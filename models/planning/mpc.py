@@ -56,6 +56,9 @@ SOFT_PENALTY = 1e9  # per second of predicted latency above the budget: any sche
 EARLY_PENALTY = 1e8  # a scale-out sooner than `rescale_interval` after the last rescale: only to keep the budget
 SCALE_IN_STEP_S = 300.0  # later starts of a scale-in among the candidates, this far apart
 MIN_SWING = 0.15  # an excursion of the load above its trend up to this is noise: no envelope
+# The load flaps when its minute-to-minute swings (over MIN_SWING of the trend) reverse direction at least this often
+# per minute of the envelope's window: then the recent maximum replaces the band, else it is added to it.
+FLAP_RATE = 0.25
 BUDGET_EXCEEDED = "rescale budget exceeded"  # marks a decision that rescales beyond the budget (the ledger, `explain`)
 
 
@@ -101,7 +104,7 @@ class Inputs:
     usable: np.ndarray  # the same less the margin: what feasibility is checked against
     notes: tuple[str, ...]
     band: np.ndarray | None = None  # the forecast's upper band alone, before the envelope (None: the same as upper)
-    excursion: float = 0.0  # the envelope: how far above its trend the load recently went, planned for on top
+    excursion: float = 0.0  # how far above its trend the load recently went (> 0: the envelope is planned for)
     spread: float = 0.0  # the capacity spread added to the margin of every extrapolated scale-out
 
 
@@ -180,32 +183,42 @@ def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str
     return caps, observed, tuple(notes)
 
 
-def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, str]:
-    """How far above its own trend the load went in the recent minutes, relatively (0 below MIN_SWING), and the
-    trend's level now: bursts and flapping, which the forecast line averages away or chases a minute late. The
-    planner plans for that excursion above the trend (or above the forecast, where higher) over the next rescale
-    interval rather than chase each minute: a scale-out chasing a load that jumps minute to minute rescales every
-    few minutes and is still late. The trend is the least-squares line through the minute means, so a steady rise
-    or fall is no excursion."""
+def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, bool, str]:
+    """Whether the load moves faster than the loop can follow (bursts, a rate flapping minute to minute), and what
+    to plan for then: how far above its own trend the load went in the recent minutes, relatively (0 up to
+    MIN_SWING: no envelope), and the largest recent minute. Then the planner plans for that largest minute over the
+    next rescale interval rather than chase each minute: a scale-out chasing a load that jumps minute to minute
+    rescales every few minutes and is still late, and a scale-in in a low minute is undone by the next high one. The
+    trend is the least-squares line through the minute means, so a steady rise or fall is no excursion. Whether it
+    flaps (swings reversing at least FLAP_RATE per minute) decides how: a flapping load's forecast error is measured
+    on the flapping itself, so the largest minute replaces the band (a band around a high minute plans for more than
+    the load ever reached, and a scale-in in a low minute is undone by the next high one); bursts now and then are
+    added to the band (the next burst may be larger than the last)."""
     minutes = int(cfg.envelope_s // 60)
     recent = np.asarray(a.recent_minutes[-minutes:], dtype=float) if minutes >= 3 else np.zeros(0)
     recent = recent[np.isfinite(recent)]
     if recent.size < 3 or not recent.mean() > 0:
-        return 0.0, 0.0, ""
+        return 0.0, 0.0, False, ""
     x = np.arange(recent.size, dtype=float)
     slope, intercept = np.polyfit(x, recent, 1)
     trend = np.maximum(slope * x + intercept, 0.05 * float(recent.mean()))
     above = (recent - trend) / trend
     excursion = float(above.max())
     if excursion <= MIN_SWING:
-        return 0.0, 0.0, ""
+        return 0.0, 0.0, False, ""
+    steps = np.diff(recent)
+    signs = np.sign(steps[np.abs(steps) > MIN_SWING * trend[1:]])
+    reversals = int((signs[1:] != signs[:-1]).sum())
+    flaps = reversals >= FLAP_RATE * recent.size
     worst = int(np.argmax(above))
-    level = float(trend[-1])
-    return excursion, level, (
+    top = float(recent.max())
+    how = (f"it flaps ({reversals} reversals of its swings): planning for its largest minute, {top:,.0f}/s, or the "
+           "forecast where higher, in place of the forecast's band" if flaps else
+           f"planning for its largest minute, {top:,.0f}/s, or the forecast's band where higher")
+    return excursion, top, flaps, (
         f"envelope: in the last {recent.size} minutes the load went {100 * excursion:.0f} % above its trend "
-        f"({float(recent[worst]):,.0f}/s against {float(trend[worst]):,.0f}/s, {recent.size - worst} min ago): "
-        f"planning for {100 * excursion:.0f} % above the trend ({level:,.0f}/s now) or the forecast, whichever is "
-        f"higher, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
+        f"({float(recent[worst]):,.0f}/s against {float(trend[worst]):,.0f}/s, {recent.size - worst} min ago); "
+        f"{how}, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
 
 
 def capacity_spread(caps: np.ndarray, observed: np.ndarray, cap: float) -> float:
@@ -245,10 +258,10 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
         notes.append(f"capacity spread: observed scale-outs miss their interpolation by up to {100 * spread:.0f} %: "
                      "that much more margin on every extrapolated one")
     band = upper.copy()
-    excursion, level, why = envelope(cfg, a)
+    excursion, top, flaps, why = envelope(cfg, a)
     if excursion > 0:
         k = min(bins, round((cfg.rescale_interval + ROBUST_EXTRA_S) / BIN_S))
-        upper[:k] = np.maximum(upper[:k], np.maximum(mean[:k], level) * (1 + excursion))
+        upper[:k] = np.maximum(mean[:k] if flaps else upper[:k], top)
         notes.append(why)
     # No schedule can plan for more than the largest scale-out processes: the band is cut there (else a wide
     # band far ahead would make every schedule infeasible alike, and the planner could no longer compare them).

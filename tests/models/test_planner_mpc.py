@@ -386,21 +386,30 @@ def test_a_switch_waits_for_the_next_loop_only_while_the_scale_out_keeps_up():
 
 def test_the_envelope_is_the_largest_excursion_above_the_trend():
     # Minute means 100, 100, 100, 200, 100, 100: the least-squares line has slope 50 / 17.5 = 2.857 and passes
-    # through (2.5, 116.67), so at minute 3 it is 118.10: 200 is 69.35 % above it; the line ends at 123.81.
+    # through (2.5, 116.67), so at minute 3 it is 118.10: 200 is 69.35 % above it. Planned for: the largest, 200.
     cfg = replace(CFG, envelope_s=360.0)
     a = replace(analysis([100.0] * HORIZON, scaleout=1), recent_minutes=(100.0, 100.0, 100.0, 200.0, 100.0, 100.0))
-    excursion, level, why = planner_mpc.envelope(cfg, a)
-    assert excursion == pytest.approx(0.6935, abs=1e-4) and level == pytest.approx(123.81, abs=0.01)
+    excursion, top, flaps, why = planner_mpc.envelope(cfg, a)
+    assert excursion == pytest.approx(0.6935, abs=1e-4) and top == 200.0 and not flaps  # 1 reversal in 6 minutes
     assert why.startswith("envelope: in the last 6 minutes the load went 69 % above its trend (200/s against 118/s")
     ramp = replace(a, recent_minutes=(100.0, 110.0, 120.0, 130.0, 140.0, 150.0))  # a steady rise is no excursion
     assert planner_mpc.envelope(cfg, ramp)[0] == 0.0
     assert planner_mpc.envelope(replace(cfg, envelope_s=0.0), a)[0] == 0.0  # off
-    # Planned for over the robust window: 2 workers (usable 196,000) would do for a flat 150,000/s, but 40 % above
-    # its trend a minute ago makes it 210,000/s: 3 (usable 294,000).
+    # A burst is planned for over the robust window, beside the band: 2 workers (usable 196,000) would do for a flat
+    # 150,000/s and its band, but a minute at 210,000/s (40 % above the trend) four minutes ago needs 3.
     bursty = replace(analysis([150_000] * HORIZON, scaleout=2), recent_minutes=(150_000.0,) * 5 + (210_000.0,) +
                      (150_000.0,) * 4)
     inputs = planner_mpc.prepare(replace(CFG, envelope_s=600.0), bursty, HORIZON)
-    assert inputs.excursion > 0.3 and inputs.upper[0] > 196_000 and inputs.band[0] < 196_000
+    assert inputs.excursion > 0.3 and inputs.upper[0] == 210_000 and inputs.band[0] < 196_000
+    assert inputs.upper[-1] == inputs.band[-1]  # beyond the rescale interval and the next downtime: the band
+    # Flapping, 100 and 300 a minute in turn (8 reversals in 10 minutes, over FLAP_RATE × 10 = 2.5): the largest
+    # minute replaces the band, which a load measured on its own flapping would inflate.
+    flapping = replace(analysis([200_000] * HORIZON, scaleout=3, wape=0.8),
+                       recent_minutes=(100_000.0, 300_000.0) * 5)
+    excursion, top, flaps, why = planner_mpc.envelope(replace(CFG, envelope_s=600.0), flapping)
+    assert flaps and top == 300_000.0 and "it flaps (8 reversals of its swings)" in why
+    inputs = planner_mpc.prepare(replace(CFG, envelope_s=600.0), flapping, HORIZON)
+    assert inputs.upper[0] == 300_000.0 and inputs.band[0] > 300_000.0
 
 
 def test_the_capacity_spread_is_the_largest_miss_of_an_interpolation_of_observed_capacities():
