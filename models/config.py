@@ -93,10 +93,11 @@ class LoopConfig:
     # out, scales in only while a scale-in and the scale-out that may undo it fit, and goes beyond it only when
     # keeping the scale-out would break the latency SLO itself (`budget_exceeded` in the decision's reasons).
     max_rescales_per_hour: float = in_jobs_file(3.0, "number > 0")
-    # When the load moves faster than the loop can follow (bursts, minute-to-minute flapping: minute means above
-    # their trend by more than the forecast's band), plan for the largest such excursion of the last `envelope_s`
-    # seconds on top of the forecast over the next rescale interval, instead of chasing each minute. 0 turns it
-    # off; at most the 30 minutes the analysis hands over (models/loop/analyze.py).
+    # When the load moves faster than the loop can follow (bursts, minute-to-minute flapping: minute means more
+    # than 15 % above their trend within the last `envelope_s` seconds), plan for the largest of those minutes over
+    # the next rescale interval instead of chasing each minute (in place of the forecast's band while the load
+    # flaps, beside it for bursts; models/planning/mpc.py). 0 turns it off; at most the 30 minutes the analysis
+    # hands over (models/loop/analyze.py). Not yet chosen by `bench cv` (docs/benchmark-results.md, issue 38).
     envelope_s: float = 1800.0
     # The capacity estimate's spread (observed scale-outs against their interpolation from the others) is added to
     # the margin of every extrapolated scale-out, up to this much. 0 turns it off.
