@@ -3,6 +3,7 @@ what the loop then does with it (models/loop/messages.py applies the inbox)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import replace
@@ -15,7 +16,7 @@ from daedalus.connectors.store import Store
 from daedalus.connectors.switches import stop_reason
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
-from daedalus.models.loop.messages import apply_messages
+from daedalus.models.loop.messages import ANSWER_GRACE_S, apply_messages
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.scenario import scenario
@@ -65,9 +66,13 @@ def test_the_answer_form_carries_the_jobs_limits():
     assert (p["minimum"], p["maximum"], p["default"]) == (2, 10, 6)
     assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
     form = answer_model(_request())
-    assert form(decision="approve", scaleout=10).scaleout == 10
+    assert form(decision="approve", scaleout=10, operator="alice").scaleout == 10
     with pytest.raises(ValueError, match="less than or equal to 10"):
-        form(decision="approve", scaleout=11)
+        form(decision="approve", scaleout=11, operator="alice")
+    # No user to default to in Prefect's open-source UI: the operator names themself, or the form is refused.
+    assert "operator" in schema["required"] and "default" not in schema["properties"]["operator"]
+    with pytest.raises(ValueError, match="operator"):
+        form(decision="approve", scaleout=10)
 
 
 def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads, store_url):
@@ -228,12 +233,43 @@ def test_an_approval_timeout_is_wall_clock_time_whatever_the_jobs_speed():
         sim.advance(600)
         it = iterate(target, knowledge, PLAIN)
         assert knowledge.pending is not None and not it.closed
-    wall.t = T0 + 3600
+    wall.t = T0 + 3600  # the deadline: the loop still waits a moment for answers given before it
+    sim.advance(60)
+    assert not iterate(target, knowledge, PLAIN).closed and knowledge.pending is not None
+    wall.t = T0 + 3600 + ANSWER_GRACE_S
     sim.advance(60)
     it = iterate(target, knowledge, PLAIN)
     assert it.closed == ((first.decision.id, "expired"),)
     assert knowledge.entry(first.decision.id).state == "expired"
+    assert knowledge.entry(first.decision.id).events[-1] == (T0 + 3600, "expired")  # dated at its deadline
     assert "expired unanswered at 2026-01-01 01:00:00 UTC" in knowledge.entry(first.decision.id).history[-1][1]
+
+
+def test_an_answer_given_before_the_deadline_is_applied_by_a_run_that_starts_after_it():
+    # Issue 36: approved 2 min 23 s before its deadline, the run that applied it started 2 min after: lost.
+    from daedalus.models.loop.messages import ControlMessage
+
+    wall = _Wall(T0)
+    target, sim = _approve_target(wall)
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, knowledge, PLAIN)
+    p = knowledge.pending
+    given = p.expires - 1  # one second before the deadline
+    late, too_late = (ControlMessage(f"approve-{i}", "sim", "approve", sim.now,
+                                     {"proposal": p.id, "operator": who, "reason": "peak at noon", "wall": at})
+                      for i, (who, at) in enumerate((("oncall", given), ("bob", p.expires))))
+    wall.t = p.expires + 180  # the worker was busy: the run starts three minutes past the deadline
+    sim.advance(60)
+    ignored = copy.deepcopy(knowledge)
+    it = iterate(target, ignored, PLAIN, [too_late])  # given at the deadline: too late, and it says so
+    assert it.closed == ((p.id, "expired"),) and ignored.entry(p.id).events[-1] == (p.expires, "expired")
+    assert any("ignored: given at 2026-01-01 01:00:00 UTC, after it expired" in n for n in it.notes)
+    it = iterate(target, knowledge, PLAIN, [late])
+    entry = knowledge.entry(first.decision.id)
+    assert it.action is not None and it.action.decision_id == p.id and entry.state == "executed"
+    assert (given, "approved by oncall: peak at noon") in entry.events  # who, why, and when it was given
+    assert it.closed == ((p.id, "approved"),)
 
 
 def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_executed():
