@@ -7,6 +7,11 @@ every metric since its last observation, so a skipped minute loses nothing, whil
 behind a slow one and act late. Schedules are anchored at a per-job second of the minute, so a hundred jobs do
 not all start at :00.
 
+The loops and the batch work never share a work queue: the pipeline and backtest flows go to the pool's
+`pipeline` queue (priority 10, one run at a time), everything else to its `default` queue (priority 1). A worker
+polling both starts a due loop before any pipeline run; a worker started with `--queue pipeline` on another
+machine takes the pipeline off the loops' machine altogether (docs/operate.md).
+
 Planning (`plan_deployments`) is pure and checks everything first (the jobs file, the jobs asked for); only
 then `apply_deployments` writes to the Prefect API, so a bad request changes nothing. A deployment's version is
 a hash of its content: deploying again rewrites only what changed. `prefect_yaml` renders the same plan for
@@ -41,6 +46,26 @@ FLEET_INTERVAL_S = 300
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 COLLISION = "CANCEL_NEW"
 TAG = "daedalus"
+LOOP_QUEUE = "default"  # the loops, operator and dashboard flows: Prefect's own default queue of the pool
+PIPELINE_QUEUE = "pipeline"  # the Spark pipeline and the backtests
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A work queue of the pool: Prefect starts runs of a lower `priority` number first, and never more than
+    `concurrency` at once from it (None: no limit)."""
+
+    name: str
+    priority: int
+    concurrency: int | None
+    description: str
+
+
+QUEUES = (
+    Queue(LOOP_QUEUE, 1, None, "Daedalus control loops, operator and dashboard flows: started first."),
+    Queue(PIPELINE_QUEUE, 10, 1, "Daedalus pipeline (Spark) and backtests: one at a time, after any due loop; "
+                                 "serve it from another machine with `daedalus worker --queue pipeline`."),
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +82,7 @@ class Planned:
     triggers: tuple[Any, ...] = ()
     version: str = ""
     job_variables: dict[str, Any] = field(default_factory=dict)
+    queue: str = LOOP_QUEUE
 
     @property
     def flow_name(self) -> str:
@@ -180,7 +206,8 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
         for name, schedules in pipeline.schedules().items():
             planned.append(Planned(flow=flows[name], name=name, parameters=_accepted(flows[name], where),
                                    tags=(TAG, "pipeline"), description=flows[name].description or "",
-                                   schedules=tuple(schedules), concurrency=1, job_variables=jv))
+                                   schedules=tuple(schedules), concurrency=1, job_variables=jv,
+                                   queue=PIPELINE_QUEUE))
     except ModuleNotFoundError as exc:
         if exc.name != "daedalus.flows.pipeline":
             raise
@@ -188,7 +215,8 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
     from daedalus.flows.backtest import backtest  # on demand: run from the UI with the job and the window
 
     planned.append(Planned(flow=backtest, name="backtest", parameters=_accepted(backtest, where),
-                           tags=(TAG, "pipeline"), description=backtest.description or "", job_variables=jv))
+                           tags=(TAG, "pipeline"), description=backtest.description or "", job_variables=jv,
+                           queue=PIPELINE_QUEUE))
     return planned, notes
 
 
@@ -232,12 +260,29 @@ async def ensure_pool(client: Any, pool: str, create: bool) -> str:
     return "process"
 
 
+async def ensure_queues(client: Any, pool: str) -> None:
+    """The pool's work queues with their priorities and limits (`QUEUES`), created or brought back in line: the
+    loops must never wait behind a Spark run."""
+    from prefect.exceptions import ObjectNotFound
+
+    for q in QUEUES:
+        try:
+            found = await client.read_work_queue_by_name(q.name, work_pool_name=pool)
+        except ObjectNotFound:
+            await client.create_work_queue(name=q.name, work_pool_name=pool, priority=q.priority,
+                                           concurrency_limit=q.concurrency, description=q.description)
+            continue
+        if (found.priority, found.concurrency_limit) != (q.priority, q.concurrency):
+            await client.update_work_queue(found.id, priority=q.priority, concurrency_limit=q.concurrency)
+
+
 def content_hash(p: Planned, pool: str) -> str:
     """Everything a deployment is made of; stored as its version, so an unchanged deployment is not rewritten
     (rewriting replaces its schedule and its scheduled runs)."""
     content = {"entrypoint": p.entrypoint, "parameters": p.parameters, "tags": p.tags, "description": p.description,
                "schedules": [schedule_yaml(sc) for sc in p.schedules], "concurrency": p.concurrency,
                "collision": COLLISION, "job_variables": p.job_variables, "pool": pool, "spec": p.version,
+               "queue": p.queue,
                "triggers": [t.model_dump(mode="json") for t in p.triggers]}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -253,7 +298,8 @@ async def _upsert(client: Any, p: Planned, pool: str, flow_id: Any, schema: dict
         concurrency_limit=p.concurrency,
         concurrency_options=None if p.concurrency is None else ConcurrencyOptions(
             collision_strategy=ConcurrencyLimitStrategy(COLLISION)),
-        parameters=p.parameters, description=p.description, work_pool_name=pool, tags=list(p.tags),
+        parameters=p.parameters, description=p.description, work_pool_name=pool, work_queue_name=p.queue,
+        tags=list(p.tags),
         entrypoint=p.entrypoint, parameter_openapi_schema=schema, enforce_parameter_schema=True,
         job_variables=p.job_variables, pull_steps=[], paused=False)
     if p.triggers:
@@ -291,6 +337,7 @@ async def apply_deployments(planned: Sequence[Planned], pool: str = DEFAULT_POOL
     failed: list[str] = []
     async with get_client() as client:
         await ensure_pool(client, pool, create_pool)
+        await ensure_queues(client, pool)
         flows = {p.flow_name: p.flow for p in planned}
         flow_ids = {name: await client.create_flow_from_name(name) for name in flows}
         schemas = {name: parameter_schema(f).model_dump(exclude_unset=True) for name, f in flows.items()}
@@ -415,8 +462,8 @@ def prefect_yaml(planned: Sequence[Planned], pool: str = DEFAULT_POOL) -> str:
     concurrency = {"limit": 1, "collision_strategy": COLLISION}
     deployments = []
     for p in planned:
-        key = yaml.safe_dump(p.job_variables, sort_keys=True)
-        work_pool = pools.setdefault(key, {"name": pool, "work_queue_name": "default",
+        key = yaml.safe_dump([p.job_variables, p.queue], sort_keys=True)
+        work_pool = pools.setdefault(key, {"name": pool, "work_queue_name": p.queue,
                                            **({"job_variables": p.job_variables} if p.job_variables else {})})
         d: dict[str, Any] = {"name": p.name, "entrypoint": p.entrypoint, "description": p.description,
                              "tags": list(p.tags), "parameters": p.parameters, "enforce_parameter_schema": True,
@@ -440,8 +487,12 @@ def prefect_yaml(planned: Sequence[Planned], pool: str = DEFAULT_POOL) -> str:
     dumper = type("Dumper", (_AnchoredDumper,), {"names": names})
     doc = {"name": "daedalus", "prefect-version": _prefect_version(), "build": None, "push": None,
            "definitions": definitions, "deployments": deployments}
+    queues = "".join(f"#   prefect work-queue create {q.name} --pool {pool} --priority {q.priority}"
+                     f"{'' if q.concurrency is None else f' --limit {q.concurrency}'}\n" for q in QUEUES)
     header = ("# Generated by `daedalus deploy FILE --prefect-yaml prefect.yaml`: one mape-k deployment per job, plus\n"
-              "# the operator, dashboard, background and pipeline flows. Apply: `prefect --no-prompt deploy --all`.\n")
+              "# the operator, dashboard, background and pipeline flows. Apply: `prefect --no-prompt deploy --all`,\n"
+              "# after creating the work queues (`daedalus deploy` does it itself), so the loops never wait behind\n"
+              f"# the pipeline:\n{queues}")
     return header + yaml.dump(doc, Dumper=dumper, sort_keys=False, allow_unicode=True, width=120)
 
 

@@ -424,8 +424,11 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
 
 
 def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = None,
-               stop_timeout_s: float | None = None) -> int:
+               stop_timeout_s: float | None = None, queues: tuple[str, ...] = ()) -> int:
     """`daedalus worker`: the preloaded process plus `prefect worker start --pool POOL`, stopped together.
+
+    `queues` limits it to those work queues of the pool (all of them when empty): `--queue pipeline` on another
+    machine serves the Spark pipeline there, `--queue default` keeps the loops' worker to the loops.
 
     `limit` caps the flow runs in flight: a worker that starts after an outage does not start every overdue
     run at once (SQLite would lock up under the burst); the rest start as slots free up.
@@ -472,7 +475,8 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
         if not asked:
             env = {**os.environ, SOCKET_ENV: str(socket_path)}
             worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
-                                       "process", "--name", name, *(["--limit", str(limit)] if limit else [])],
+                                       "process", "--name", name, *(["--limit", str(limit)] if limit else []),
+                                       *(arg for q in queues for arg in ("--work-queue", q))],
                                       env=env, start_new_session=True, preexec_fn=_interrupt_when_orphaned())
             if os.environ.get("PREFECT_API_URL"):  # runs another worker claimed and never started (runtime/pending.py)
                 from daedalus.runtime.pending import start_reaper

@@ -13,6 +13,9 @@ import yaml
 from daedalus.connectors.jobs import load_jobs
 from daedalus.deployments.deploy import (
     COLLISION,
+    LOOP_QUEUE,
+    PIPELINE_QUEUE,
+    QUEUES,
     absolute,
     anchor_for,
     plan_deployments,
@@ -59,6 +62,22 @@ def test_background_flows_get_their_triggers_and_pipeline_flows_their_schedules(
     validate = by_name["validate-metrics/validate-metrics"]
     assert validate.schedules and validate.concurrency == 1
     assert validate.parameters == {"lake_url": os.path.abspath("lake"), "store_url": os.path.abspath("store")}
+
+
+def test_the_pipeline_and_backtests_never_share_a_queue_with_the_loops(jobs_file):
+    # Issue 36: validate-metrics (Spark) on the loops' worker delayed them by a minute and got four cancelled.
+    pytest.importorskip("daedalus.flows.pipeline")
+    planned, _ = plan_deployments(load_jobs(jobs_file), "store", lake_url="lake")
+    queues = {p.name: p.queue for p in planned}
+    batch = {"validate-metrics", "retrain-forecasters", "compact-lake", "backtest"}
+    assert {queues[name] for name in batch} == {PIPELINE_QUEUE}
+    assert {q for name, q in queues.items() if name not in batch} == {LOOP_QUEUE}
+    by_name = {q.name: q for q in QUEUES}  # the loops first; the pipeline one run at a time, after them
+    assert by_name[LOOP_QUEUE].priority < by_name[PIPELINE_QUEUE].priority and by_name[PIPELINE_QUEUE].concurrency == 1
+    doc = yaml.safe_load(prefect_yaml(planned, pool="streaming"))
+    assert {d["name"]: d["work_pool"]["work_queue_name"] for d in doc["deployments"]} == queues
+    assert "prefect work-queue create pipeline --pool streaming --priority 10 --limit 1" in prefect_yaml(planned,
+                                                                                                          "streaming")
 
 
 def test_schedules_spread_over_the_minute_deterministically():
