@@ -32,13 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
-from prefect.schedules import Interval, Schedule
 
 from daedalus.connectors.jobs import JobsFile, JobSpec, load_jobs
 from daedalus.models.errors import ConfigurationError
+
+if TYPE_CHECKING:  # Prefect is imported where a deployment is built: `daedalus approve` reads LOOP_INTERVAL_S only
+    from prefect.schedules import Schedule
 
 DEFAULT_POOL = "daedalus"
 LOOP_INTERVAL_S = 60
@@ -130,6 +132,8 @@ LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
 
 def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
+    from prefect.schedules import Interval
+
     from daedalus.flows.mape_k import mape_k
 
     return Planned(
@@ -146,6 +150,8 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
 
 def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str, Any] | None = None
                          ) -> list[Planned]:
+    from prefect.schedules import Interval
+
     from daedalus.flows.approval import approve_scale, scale_job
     from daedalus.flows.dashboards import fleet_overview
     from daedalus.flows.release import release_job
