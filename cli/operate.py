@@ -381,8 +381,7 @@ def approve(
 ) -> None:
     """Approve a scale proposal (optionally with another scale-out within the job's limits).
 
-    The answer is recorded in the job's inbox before the command returns, dated when the command started; the
-    job's loop applies it at its next run, even when that run starts after the proposal's deadline.
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
     """
     given = time.time()  # when the operator answered: the deadline is judged then
     try:
@@ -403,7 +402,7 @@ def reject(
 ) -> None:
     """Reject a scale proposal: nothing is done and the loop may propose again.
 
-    Recorded in the job's inbox before the command returns, dated when the command started.
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
     """
     given = time.time()
     try:
@@ -456,7 +455,7 @@ def scale(
 ) -> None:
     """Scale a job by hand, within its limits (what the `scale-job` deployment does from the UI).
 
-    Recorded in the job's inbox before the command returns, dated when the command started.
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
     """
     from daedalus.tasks.approval import post_manual_scale
 

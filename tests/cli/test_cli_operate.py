@@ -245,3 +245,14 @@ def test_answering_a_proposal_the_loop_closed_unanswered_says_it_expired(fleet, 
     assert result.exit_code == 1
     assert f"proposal {pid} is no longer pending: it was expired" in flat(result.output)
     assert "already answered" not in result.output
+
+
+@pytest.mark.parametrize("command", ["approve", "reject", "scale"])
+def test_the_answering_commands_help_is_whole_at_80_columns(monkeypatch, command):
+    # Issue 36: `approve --help` cut its option text.
+    monkeypatch.setenv("COLUMNS", "80")
+    text = flat(run(command, "--help").output)
+    assert "Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's " \
+           "next run." in text
+    assert "Who acts; recorded in the ledger (default: the settings' operator, else your login)" in text
+    assert "Why; recorded in the ledger" in text and "…" not in text
