@@ -17,6 +17,7 @@ from daedalus.tasks.approval import (
     ApprovalRequest,
     Refused,
     answer_model,
+    approval_form_markdown,
     approval_markdown,
     outcome_markdown,
     post_answer,
@@ -59,7 +60,7 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),
                                  description=f"Proposal {request.proposal}: expired")
         return Completed(name="Expired", message=outcome)  # a normal outcome, not a failure
-    form = answer_model(request).with_initial_data(description=approval_markdown(request))
+    form = answer_model(request).with_initial_data(description=approval_form_markdown(request))
     if not resuming:
         create_markdown_artifact(key=key, markdown=approval_markdown(request),
                                  description=f"Proposal {request.proposal}: awaiting an operator")

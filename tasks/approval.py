@@ -24,7 +24,7 @@ from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import Store
 from daedalus.models.errors import DaedalusError
 from daedalus.models.loop.messages import ANSWER_GRACE_S, check_scaleout
-from daedalus.models.text import capacity_source, duration, utc
+from daedalus.models.text import capacity_source, duration, numbered, utc
 
 if TYPE_CHECKING:
     from prefect.input import RunInput
@@ -103,7 +103,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
         f"| consumer lag (tuples) | {r.lag:,.0f} | |",
         "",
         "## Why now",
-        *(f"1. {reason}" for reason in r.reasons or ["(no reason recorded)"]),
+        *numbered(r.reasons or ["(no reason recorded)"]),
         "",
         "## Capacity per scale-out",
         "| scale-out | capacity (tuples/s) | source | predicted recovery (s) |",
@@ -115,6 +115,41 @@ def approval_markdown(r: ApprovalRequest) -> str:
         mark = " ← now" if i == r.current else (" ← proposed" if i == r.proposed else "")
         lines.append(f"| {i}{mark} | {c:,.0f} | {capacity_source(obs, load)} | "
                      f"{'never' if rt is None else f'{rt:,.0f}'} |")
+    return "\n".join(lines)
+
+
+def approval_form_markdown(r: ApprovalRequest) -> str:
+    """The proposal as the UI's resume form shows it above its fields: the same facts as the approval page, but
+    no heading and no table. The form is a narrow dialog (about 450 px at a 1,400 px window) that draws a Markdown
+    table in a scroll box of its own and a heading as large as its title; lines wrap and read in one scroll."""
+    direction = "scale out" if r.proposed > r.current else "scale in"
+    ahead = "" if not r.forecast_horizon_s else f" over the next {duration(r.forecast_horizon_s)}"
+    loads: list[float | None] = list(r.observed_load) or [None] * len(r.capacities)
+    lines = [
+        f"**{r.job}: {direction} {r.current} → {r.proposed}?** Proposal `{r.proposal}`; approve, reject, or approve "
+        f"another scale-out within [{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at "
+        f"{utc(r.expires)} and nothing happens.",
+        "",
+        f"- capacity: {r.capacities[r.current - 1]:,.0f} tuples/s now at {r.current}, "
+        f"**{r.capacities[r.proposed - 1]:,.0f}** at {r.proposed}",
+        f"- workload: {r.avg_workload:,.0f} tuples/s on average last loop; forecast peak{ahead} "
+        f"{r.forecast_peak:,.0f} ({r.forecast_method})",
+        f"- predicted recovery at {r.proposed}: "
+        f"{'n/a' if r.predicted_recovery_s is None else duration(r.predicted_recovery_s)}; consumer lag "
+        f"{r.lag:,.0f} tuples",
+        "",
+        "**Why now**",
+        "",
+        *numbered(r.reasons or ["(no reason recorded)"]),
+        "",
+        "**Capacity per scale-out** (tuples/s; predicted recovery)",
+        "",
+    ]
+    for i, (c, obs, rt, load) in enumerate(zip(r.capacities, r.observed, r.recovery_times, loads, strict=True),
+                                           start=1):
+        mark = " **← now**" if i == r.current else (" **← proposed**" if i == r.proposed else "")
+        lines.append(f"- {i}: {c:,.0f}, {capacity_source(obs, load)}; "
+                     f"{'never' if rt is None else duration(rt)}{mark}")
     return "\n".join(lines)
 
 
@@ -252,7 +287,7 @@ def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], .
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
     from prefect.states import Completed
 
-    from daedalus.tasks.publish import artifact_key
+    from daedalus.tasks.artifacts import artifact_key
 
     logger = get_run_logger()
     with get_client(sync_client=True) as client:

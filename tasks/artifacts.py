@@ -11,7 +11,7 @@ import re
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from daedalus.models.text import capacity_source, duration, number, percent
+from daedalus.models.text import capacity_source, duration, number, numbered, percent
 from daedalus.models.types import Analysis, Decision, Forecast, ScalingAction
 
 HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
@@ -64,7 +64,7 @@ def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction 
     lines += [f"- {line}" for line in verification or ()]  # the bottleneck and the ceiling, where there are
     if version is not None:
         lines.append(f"- knowledge version {version}")
-    lines += ["", "## Reasons", *(f"1. {r}" for r in d.reasons or ("(none)",))]
+    lines += ["", "## Reasons", *numbered(d.reasons or ("(none)",))]
     return "\n".join(lines)
 
 

@@ -256,3 +256,21 @@ def test_the_answering_commands_help_is_whole_at_80_columns(monkeypatch, command
            "next run." in text
     assert "Who acts; recorded in the ledger (default: the settings' operator, else your login)" in text
     assert "Why; recorded in the ledger" in text and "…" not in text
+
+
+def test_answering_imports_no_prefect(tmp_path, jobs_file, store_url):
+    # Issue 36: answers took 9–86 s under load; the commands that answer must not start Prefect's machinery.
+    import subprocess
+    import sys
+
+    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('PREFECT', 'prefect' in sys.modules, file=sys.stderr))\n"
+            "from daedalus.cli.main import main\n"
+            f"sys.argv = ['daedalus', 'reject', {pid!r}, '--jobs-file', {str(jobs_file)!r}, '--store', "
+            f"{store_url!r}]\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "PREFECT False" in done.stderr and f"rejected {pid}" in flat(done.stderr)

@@ -26,6 +26,7 @@ from daedalus.tasks.approval import (
     ApprovalRequest,
     Refused,
     answer_model,
+    approval_form_markdown,
     approval_markdown,
     check_answer,
     post_answer,
@@ -58,6 +59,22 @@ def test_the_approval_page_shows_the_reasoning():
     loads = [0.634 if i == 4 else 0.0 for i in range(1, 11)]  # a request with the loads its capacities were seen at
     md = approval_markdown(_request(observed_load=loads))
     assert "| 4 ← now | 400,000 | observed at 63 % load | 300 |" in md and "| 1 | 100,000 | estimated | never |" in md
+
+
+def test_the_resume_form_shows_the_proposal_without_a_table_or_a_heading():
+    # Issue 36: at 1,400 px the form's dialog drew the reasoning under a huge heading and the tables in a scroll box.
+    md = approval_form_markdown(_request())
+    assert not [line for line in md.splitlines() if line.startswith(("#", "|", "1. "))]
+    assert md.startswith("**ads: scale out 4 → 6?** Proposal `ads-1767225600`")
+    assert "expires at 2026-01-01 00:10:00 UTC" in md and "within [2, 10]" in md
+    assert "- capacity: 400,000 tuples/s now at 4, **600,000** at 6" in md
+    assert "forecast peak 530,000 (arima)" in md and "predicted recovery at 6: 2 min 30 s" in md
+    assert "**1.** C_4 = 400,000/s below the forecast peak 530,000/s" in md  # why now, numbered in the text
+    assert "- 4: 400,000, observed; 5 min **← now**" in md
+    assert "- 6: 600,000, estimated; 2 min 30 s **← proposed**" in md
+    assert "- 1: 100,000, estimated; never" in md
+    # The approval page (an artifact, the whole width) keeps its tables, with the reasons numbered in the text.
+    assert "**1.** C_4 = 400,000/s" in approval_markdown(_request()) and "\n1. " not in approval_markdown(_request())
 
 
 def test_the_answer_form_carries_the_jobs_limits():

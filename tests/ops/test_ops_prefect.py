@@ -279,7 +279,7 @@ def test_the_dashboards(scenario):
     assert decision["type"] == "markdown" and decision["data"].startswith("# ads: ")
     ledger = _latest(scenario, "ledger-ads")
     assert ledger["type"] == "markdown" and scenario.proposals["ads"] in ledger["data"]
-    assert "proposed " in ledger["data"] and "→ approved by alice " in ledger["data"]
+    assert "proposed " in ledger["data"] and "→ approved by alice: capacity test " in ledger["data"]  # and why
     plot = _latest(scenario, "forecast-plot-ads")["data"]
     assert "](data:image/png;base64,iVBORw0KGgo" in plot
     capacity = _latest(scenario, "capacity-ads")
