@@ -47,7 +47,7 @@ def deploy(
     every other command without options talks about this fleet.
     """
     from daedalus.connectors.jobs import load_jobs
-    from daedalus.deployments.deploy import absolute, deploy_jobs, plan_deployments
+    from daedalus.deployments.deploy import absolute, deploy_jobs, plan_deployments, sqlite_warning
     from daedalus.deployments.deploy import prefect_yaml as render
     from daedalus.runtime.prefork import job_variables
 
@@ -86,6 +86,9 @@ def deploy(
             console.print(f"Settings saved to {saved}: commands without options now use this fleet "
                           "(`daedalus config` shows them)")
             console.print(f"Start a worker: daedalus worker --pool {settings.pool}")
+            warning = sqlite_warning(url, len(load_jobs(path).jobs), background and lake_url is not None)
+            if warning:
+                console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
         for note in notes:
             console.print(f"[yellow]note:[/yellow] {note}")
     except DaedalusError as exc:

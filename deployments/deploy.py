@@ -266,6 +266,34 @@ async def ensure_pool(client: Any, pool: str, create: bool) -> str:
     return "process"
 
 
+SQLITE_MAX_JOBS = 10  # one-minute loops a SQLite-backed server takes without its log filling with lock tracebacks
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def sqlite_warning(api_url: str, jobs: int, pipeline: bool) -> str | None:
+    """A warning for a fleet too big for the local Prefect server's SQLite database, or None.
+
+    SQLite takes one writer at a time: beside a Spark pipeline, or beyond `SQLITE_MAX_JOBS` one-minute loops, the
+    server logs `database is locked` tracebacks and answers 503 until it falls behind. The API does not say which
+    database a server uses (its URL is redacted), so this judges a server on this machine by the database URL in
+    force here, which `prefect server start` uses; a remote server is not judged."""
+    from urllib.parse import urlparse
+
+    from prefect.settings import get_current_settings
+
+    if urlparse(api_url).hostname not in LOOPBACK:
+        return None
+    url = get_current_settings().server.database.connection_url
+    if url is not None and not url.get_secret_value().startswith("sqlite"):
+        return None
+    if jobs <= SQLITE_MAX_JOBS and not pipeline:
+        return None
+    why = f"{jobs} one-minute loops" + (" and the Spark pipeline" if pipeline else "")
+    return (f"the Prefect server at {api_url} uses SQLite (no PREFECT_SERVER_DATABASE_CONNECTION_URL here): with "
+            f"{why} it will log 'database is locked' tracebacks and fall behind. Run it on PostgreSQL "
+            "(docs/operate.md, Server settings for many jobs), or deploy fewer jobs or --no-background.")
+
+
 async def ensure_queues(client: Any, pool: str) -> None:
     """The pool's work queues with their priorities and limits (`QUEUES`), created or brought back in line: the
     loops must never wait behind a Spark run."""

@@ -141,3 +141,21 @@ def test_the_repository_prefect_yaml_declares_the_flows():
     loop = next(d for d in doc["deployments"] if d["entrypoint"] == "daedalus.flows.mape_k.mape_k")
     assert loop["concurrency_limit"] == {"limit": 1, "collision_strategy": COLLISION}
     assert loop["schedules"][0]["interval"] == 60
+
+
+def test_deploy_warns_when_a_local_sqlite_server_gets_more_than_it_takes():
+    # Issue 36: three jobs and the pipeline on SQLite left 64 "database is locked" tracebacks in 20 minutes.
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
+
+    from daedalus.deployments.deploy import SQLITE_MAX_JOBS, sqlite_warning
+
+    local = "http://127.0.0.1:4200/api"
+    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: "sqlite+aiosqlite:////tmp/p.db"}):
+        warning = sqlite_warning(local, 3, pipeline=True)
+        assert warning is not None and "3 one-minute loops and the Spark pipeline" in warning
+        assert "PostgreSQL" in warning
+        assert sqlite_warning(local, SQLITE_MAX_JOBS, pipeline=False) is None
+        assert "11 one-minute loops" in sqlite_warning(local, SQLITE_MAX_JOBS + 1, pipeline=False)
+        assert sqlite_warning("https://prefect.example.com/api", 500, pipeline=True) is None  # not judged
+    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: "postgresql+asyncpg://p@db/prefect"}):
+        assert sqlite_warning(local, 500, pipeline=True) is None
