@@ -81,10 +81,9 @@ def decision_artifacts(job: str, a: Analysis, d: Decision, action: ScalingAction
     create_markdown_artifact(key=artifact_key("decision", job),
                              markdown=decision_markdown(job, a, d, action, version, verification),
                              description=f"{job}: the loop's last decision, {HEADS[d.kind].lower()} {d.current} → "
-                                         f"{d.target}, with every reason and what was done")
+                                         f"{d.target}")
     if news:
         create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a, d.target),
-                              description=f"{job}: capacity (tuples/s) and predicted recovery time at every "
-                                          f"scale-out; now {a.scaleout}, recommended {d.target}")
+                              description=f"{job}: capacity (tuples/s) and recovery per scale-out")
         create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
-                                 description=f"{job}: how the workload forecast is made and how good it was")
+                                 description=f"{job}: how the workload forecast is made")

@@ -51,12 +51,9 @@ def publish(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, sto
     store.write_json(STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
-                                 description=f"{job}: the scaling ledger, newest first: every rescale decided, "
-                                             "proposed or taken, what became of it and who answered it, predicted "
-                                             "against observed recovery")
+                                 description=f"{job}: the scaling ledger, newest first")
     if news:
         png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
         create_markdown_artifact(key=artifact_key("forecast-plot", job),
                                  markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
-                                 description=f"{job}: the workload that arrived against what each loop forecast, "
-                                             "and the forecast's error (WAPE) per loop")
+                                 description=f"{job}: the workload that arrived against the forecast")
