@@ -91,6 +91,8 @@ def _supersede(k: Knowledge, out: Applied, by: str, now: float, wall_now: float)
         if entry is not None and entry.state in ("approved", "decided"):
             k.move(entry, "superseded", wall_now, now, f"superseded by {by} before it was executed")
             out.notes.append(f"approved {earlier.id} superseded by {by}")
+            # Its approval run closes as what became of it, not as approved.
+            out.closed = [(pid, "superseded" if pid == earlier.id else what) for pid, what in out.closed]
     p = k.pending
     if p is not None:
         entry = k.entry(p.id)
@@ -159,7 +161,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if refusal:
                 out.notes.append(f"manual scale refused: {refusal}")
                 continue
-            _supersede(k, out, f"a manual scale to {target} by {who}", now, wall_now)
+            _supersede(k, out, f"a manual scale to {target} by {who}", now, asked)  # dated when it was asked
             out.decision, out.manual = _operator_decision(
                 k, msg, current, target, f"manual scale by {who}: {b.get('reason') or 'no reason given'}"), True
             if out.decision.changes:

@@ -299,10 +299,13 @@ def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_ex
     first = iterate(target, knowledge, PLAIN)
     pid = first.decision.id
     sim.advance(60)
-    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o"})
+    wall.t = T0 + 60
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o",
+                                                                 "wall": T0 + 40})
     it = iterate(target, knowledge, PLAIN, [manual])
     assert it.closed == ((pid, "superseded"),) and knowledge.pending is None
     assert knowledge.entry(pid).state == "superseded" and it.action.state == "executed" and sim.scaleout == 8
+    assert knowledge.entry(pid).events[-1] == (T0 + 40, "superseded")  # when the manual scale was asked
 
     # An approval and a later manual scale in the same inbox: the approval never runs, and says why.
     k2 = Knowledge.new("sim", target.config)
@@ -315,3 +318,4 @@ def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_ex
     it = iterate(target2, k2, PLAIN, [approve, scale])
     assert k2.entry(proposal).state == "superseded" and sim2.scaleout == 9
     assert any("superseded by a manual scale to 9 by b" in n for n in it.notes)
+    assert it.closed == ((proposal, "superseded"),)  # its approval run closes as superseded, not approved
