@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from daedalus.cli.common import Format, JobsFile, Output, Store, console, fail, out, print_json, show
-from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, prefect_api, resolve
+from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, resolve
 from daedalus.models.errors import ConfigurationError, DaedalusError
 from daedalus.models.text import duration, number, percent, utc
 
@@ -31,51 +31,53 @@ Operator = Annotated[str | None, typer.Option(
 # --- status ------------------------------------------------------------------------------------------------
 
 
-def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """Per job: its mape-k deployment (schedule paused?) and its last runs, from the Prefect API."""
-    from datetime import UTC, datetime
+def prefect_runs(url: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    """Per job: its mape-k deployment (schedule paused?) and its last runs, from the Prefect API at `url`.
 
-    from prefect import get_client
-    from prefect.client.schemas.filters import (
-        DeploymentFilter,
-        DeploymentFilterName,
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterDeploymentId,
-        FlowRunFilterExpectedStartTime,
-    )
-    from prefect.client.schemas.sorting import FlowRunSort
+    Two REST calls with httpx, not Prefect's client: importing the client costs a second or more of CPU, and an
+    operator reading `status` on a machine busy with the loops and the pipeline should not wait for it."""
+    import os
 
+    import httpx
+
+    key = os.environ.get("PREFECT_API_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=url.rstrip("/") + "/", headers=headers, timeout=30) as client:
+        found = client.post("deployments/filter", json={"flows": {"name": {"any_": ["mape-k"]}},
+                                                        "deployments": {"name": {"any_": jobs}}})
+        found.raise_for_status()
+        deployments = found.json()
+        by_id = {d["id"]: d for d in deployments}
+        runs: list[dict[str, Any]] = []
+        if by_id:
+            due = {"deployment_id": {"any_": list(by_id)},
+                   "expected_start_time": {"before_": datetime.now(UTC).isoformat()}}
+            got = client.post("flow_runs/filter", json={"flow_runs": due, "sort": "EXPECTED_START_TIME_DESC",
+                                                        "limit": min(200, 5 * max(1, len(by_id)))})
+            got.raise_for_status()
+            runs = got.json()
     info: dict[str, dict[str, Any]] = {}
-    with get_client(sync_client=True) as client:
-        deployments = client.read_deployments(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=jobs)))
-        by_id = {d.id: d for d in deployments}
-        due = FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
-                            expected_start_time=FlowRunFilterExpectedStartTime(before_=datetime.now(UTC)))
-        runs = client.read_flow_runs(flow_run_filter=due, sort=FlowRunSort.EXPECTED_START_TIME_DESC,
-                                     limit=min(200, 5 * max(1, len(by_id)))) if by_id else []
     for d in deployments:
-        info[d.name] = {"deployment": str(d.id), "paused": d.paused, "last": None, "late_s": None}
+        info[d["name"]] = {"deployment": d["id"], "paused": d.get("paused"), "last": None, "late_s": None}
     for r in runs:
-        d = by_id.get(r.deployment_id)
-        if d is None or _skipped(r.state):
+        d = by_id.get(r.get("deployment_id"))
+        state = r.get("state") or {}
+        if d is None or _skipped(state):
             continue
-        entry = info[d.name]
+        entry = info[d["name"]]
         if entry["last"] is None:
-            entry["last"] = r.state.name if r.state else "?"
-        if entry["late_s"] is None and r.start_time is not None:  # a worker may start a run before it is due
-            entry["late_s"] = max(0.0, (r.start_time - r.expected_start_time).total_seconds())
+            entry["last"] = state.get("name") or "?"
+        if entry["late_s"] is None and r.get("start_time") and r.get("expected_start_time"):
+            # a worker may start a run before it is due
+            late = (datetime.fromisoformat(r["start_time"]) - datetime.fromisoformat(r["expected_start_time"]))
+            entry["late_s"] = max(0.0, late.total_seconds())
     return info
 
 
-def _skipped(state: Any) -> bool:
+def _skipped(state: dict[str, Any]) -> bool:
     """A run the deployment's one-at-a-time limit cancelled because the previous loop still ran (a worker catching
-    up on late runs): no loop was missed, so it is not what "last run" should show."""
-    return (state is not None and state.type.value == "CANCELLED" and
-            "concurrency limit" in (state.message or "").lower())
+    up on late runs): no loop was missed, so it is not what "last run" should show. `state` as the API returns it."""
+    return state.get("type") == "CANCELLED" and "concurrency limit" in (state.get("message") or "").lower()
 
 
 def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:
@@ -116,8 +118,7 @@ def fleet(resolved: Resolved) -> tuple[list[dict[str, Any]], str, str]:
         api_note = f"store only: {exc}"
     else:
         try:
-            with prefect_api(url):
-                api = prefect_runs([j for j, _ in jobs])
+            api = prefect_runs(url, [j for j, _ in jobs])
             api_note = ""
         except Exception as exc:  # the store's view is still worth showing
             api_note = f"store only: the Prefect API failed ({type(exc).__name__}: {exc})"

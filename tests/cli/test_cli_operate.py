@@ -227,11 +227,10 @@ def test_an_option_overrides_the_environment(monkeypatch, fleet, jobs_file, tmp_
 
 
 def test_a_run_the_one_at_a_time_limit_cancelled_is_not_the_last_run():
-    from prefect.states import Cancelled, Completed, Late
-
-    assert operate._skipped(Cancelled(message="Deployment concurrency limit reached."))
-    assert not operate._skipped(Cancelled(message="cancelled by alice"))
-    assert not operate._skipped(Completed()) and not operate._skipped(Late())
+    assert operate._skipped({"type": "CANCELLED", "message": "Deployment concurrency limit reached."})
+    assert not operate._skipped({"type": "CANCELLED", "message": "cancelled by alice"})
+    assert not operate._skipped({"type": "COMPLETED", "name": "Completed", "message": None})
+    assert not operate._skipped({"type": "SCHEDULED", "name": "Late"})
 
 
 def test_answering_a_proposal_the_loop_closed_unanswered_says_it_expired(fleet, jobs_file, store_url):
