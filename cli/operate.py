@@ -282,7 +282,6 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
     `given` (the command's start): once this returns the answer is on disk where the loop reads it, and a proposal
     answered before its deadline is honoured even when the loop's run starts after it. No Prefect call: an answer
     must not wait for a busy server or worker (the loop closes the proposal's approval run when it applies it)."""
-    from daedalus.connectors import store as job_store
     from daedalus.tasks.approval import Refused, post_answer
 
     job, store_url = proposal.rsplit("-", 1)[0], resolved.settings.store
@@ -292,9 +291,7 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
     except OSError as exc:
         raise Refused(f"the answer to {proposal} could not be recorded in {store_url} ({type(exc).__name__}: "
                       f"{exc}); nothing was done: answer again") from None
-    k = job_store.Store(store_url).job(job).load().knowledge
-    expires = None if k is None or k.pending is None else k.pending.expires
-    return {**result, "given": _iso(given), "expires": _iso(expires),
+    return {**result, "given": _iso(given), "expires": _iso(result["expires"]),
             "next_loop": _iso(_next_loop(store_url, job, time.time()))}
 
 

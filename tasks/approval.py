@@ -189,7 +189,15 @@ def job_now(spec: JobSpec, store_url: str) -> float:
 
 def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
                  given: float | None = None) -> int | None:
-    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply.
+    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply (see
+    `checked_answer`)."""
+    return checked_answer(spec, proposal, decision, scaleout, store_url, given)[0]
+
+
+def checked_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
+                   given: float | None = None) -> tuple[int | None, float]:
+    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply and the
+    proposal's deadline.
 
     `given` (default now) is when the operator answered, on the wall clock: the deadline is judged then, not when
     the answer gets here. One that would land later than half the loop's grace past the deadline is refused too,
@@ -201,27 +209,43 @@ def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | No
         if refusal:
             raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.scaleout.min}, "
                           f"max {spec.scaleout.max} in the jobs file)")
-    store = Store(store_url).job(job)
-    k = store.load().knowledge
-    if k is None:
-        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
-    for _, msg in store.pending():
+    for _, msg in Store(store_url).job(job).pending():
         if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
             raise Refused(f"proposal {proposal} was already answered ({msg.kind} by "
                           f"{msg.body.get('operator', '?')}); the loop applies it at its next run")
+    expires, proposed = pending_proposal(store_url, job, proposal)
+    if given >= expires:
+        raise Refused(f"proposal {proposal} expired at {utc(expires)}, before the answer given at "
+                      f"{utc(given)}: nothing was done")
+    if WALL.now() >= expires + ANSWER_GRACE_S / 2:
+        raise Refused(f"the answer to {proposal}, given at {utc(given)}, arrived at {utc(WALL.now())}: too late to "
+                      f"record before the loop expires the proposal (deadline {utc(expires)}); nothing was done")
+    return (scaleout if scaleout is not None else proposed), expires
+
+
+def pending_proposal(store_url: str, job: str, proposal: str) -> tuple[float, int]:
+    """(deadline, proposed scale-out) of the job's pending proposal `proposal`; Refused, saying what became of it,
+    when it is not pending.
+
+    From the status the job's last loop wrote, when that status describes the newest stored knowledge version:
+    loading the knowledge unpickles its forecaster (statsmodels, a second of CPU that an operator on a busy machine
+    waits for), the status is a small JSON file. Otherwise, and for a refusal's message, from the knowledge."""
+    store = Store(store_url).job(job)
+    status = store.status() or {}
+    p = status.get("pending")
+    if p and p.get("id") == proposal and status.get("knowledge_version") is not None:
+        versions = store.versions()
+        if versions and versions[-1] == status["knowledge_version"]:
+            return float(p["expires"]), int(p["to"])
+    k = store.load().knowledge
+    if k is None:
+        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
     if k.pending is None or k.pending.id != proposal:
         entry = k.entry(proposal)
         if entry is None:
             raise Refused(f"job {job!r} has no proposal {proposal}")
         raise Refused(f"proposal {proposal} is no longer pending: it was {entry.state}")
-    if given >= k.pending.expires:
-        raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)}, before the answer given at "
-                      f"{utc(given)}: nothing was done")
-    if WALL.now() >= k.pending.expires + ANSWER_GRACE_S / 2:
-        raise Refused(f"the answer to {proposal}, given at {utc(given)}, arrived at {utc(WALL.now())}: too late to "
-                      f"record before the loop expires the proposal (deadline {utc(k.pending.expires)}); nothing "
-                      "was done")
-    return scaleout if scaleout is not None else k.pending.target
+    return k.pending.expires, k.pending.target
 
 
 def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
@@ -229,13 +253,13 @@ def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | Non
     """Check, then post the answer to the job's inbox for its loop to apply: once this returns the answer is on
     disk, dated `given` (default now), with who and why, for the ledger."""
     given = WALL.now() if given is None else given
-    target = check_answer(spec, proposal, decision, scaleout, store_url, given)
+    target, expires = checked_answer(spec, proposal, decision, scaleout, store_url, given)
     body: dict[str, Any] = {"proposal": proposal, "operator": operator, "reason": reason, "wall": given}
     if decision == "approve":
         body["scaleout"] = target
     msg = Store(store_url).job(spec.name).post(decision, body, now=job_now(spec, store_url))
     return {"job": spec.name, "proposal": proposal, "decision": decision, "scaleout": body.get("scaleout"),
-            "operator": operator, "reason": reason, "message": msg.id, "given": given}
+            "operator": operator, "reason": reason, "message": msg.id, "given": given, "expires": expires}
 
 
 def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> str | None:

@@ -45,7 +45,10 @@ def publish(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, sto
         wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
     decision_artifacts(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
     record = {**status_record(it, knowledge, mode, stop, wall),
-              "news_wall": wall if news else previous.get("news_wall")}
+              "news_wall": wall if news else previous.get("news_wall"),
+              # which stored knowledge this status describes: `daedalus approve` trusts its pending proposal
+              # only while no newer version exists (tasks/approval.py pending_proposal)
+              "knowledge_version": version}
     history = record_forecast(store.read_json(FORECASTS), it.analysis.forecast)
     store.write_json(FORECASTS, history)
     store.write_json(STATUS, record)

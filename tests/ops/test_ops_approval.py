@@ -138,6 +138,28 @@ def test_reject_posts_the_reason(ads, store_url):
     assert k.pending is None and k.entry(msg.body["proposal"]).state == "rejected"
 
 
+def test_an_answer_reads_the_status_of_the_newest_knowledge_not_the_knowledge(monkeypatch, ads, store_url):
+    # Issue 36: loading the knowledge (its forecaster unpickles statsmodels) took a second of an answer's three.
+    from daedalus.connectors.store import JobStore
+    from daedalus.tasks.approval import pending_proposal
+
+    k = with_proposal(ads, store_url, created=time.time(), target=7)
+    p, newest = k.pending, Store(store_url).job("ads").versions()[-1]
+    status = {"pending": {"id": p.id, "from": 4, "to": 7, "expires": p.expires}, "knowledge_version": newest}
+    Store(store_url).job("ads").write_json("status.json", status)
+
+    def unpickled(*args, **kwargs):
+        raise AssertionError("the knowledge was loaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(JobStore, "load", unpickled)
+        assert pending_proposal(store_url, "ads", p.id) == (p.expires, 7)
+    # A status older than the newest knowledge (a loop saved, then has yet to write its status): the knowledge.
+    Store(store_url).job("ads").write_json("status.json", {**status, "knowledge_version": newest - 1,
+                                                           "pending": {**status["pending"], "to": 9}})
+    assert pending_proposal(store_url, "ads", p.id) == (p.expires, 7)
+
+
 def test_check_answer_defaults_to_the_proposed_scaleout(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time(), target=7)
     assert check_answer(ads, k.pending.id, "approve", None, store_url) == 7
