@@ -14,6 +14,7 @@ from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
 from daedalus.models.text import utc
 from daedalus.tasks.approval import (
+    OUTCOME_STATES,
     ApprovalRequest,
     Refused,
     answer_model,
@@ -22,6 +23,7 @@ from daedalus.tasks.approval import (
     outcome_markdown,
     post_answer,
     post_manual_scale,
+    recorded_answer,
 )
 from daedalus.tasks.artifacts import artifact_key
 
@@ -55,6 +57,12 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     answered_at = None if ctx is None or ctx.flow_run is None else resumed_at(ctx.flow_run.id)
     resuming = answered_at is not None or bool(ctx and ctx.flow_run and ctx.flow_run.empirical_policy.resuming)
     timeout = math.ceil(request.expires - WALL.now())
+    answered = None if resuming else recorded_answer(store_url, request.job, request.proposal)
+    if answered is not None:  # answered with `daedalus approve|reject` before this run got to wait for it
+        outcome, what = answered
+        create_markdown_artifact(key=key, markdown=outcome_markdown(request, what),
+                                 description=f"Proposal {request.proposal}: {outcome}")
+        return Completed(name=OUTCOME_STATES[outcome], message=what)
     if timeout <= 0 and not resuming:
         outcome = f"Expired before an operator could answer ({utc(request.expires)}): nothing was done."
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),

@@ -126,6 +126,24 @@ def test_answered_proposals_are_refused(ads, store_url):
         post_answer(ads, "ads-1", "approve", None, "bob", "", store_url)
 
 
+def test_an_answer_recorded_outside_the_approval_run_is_found_in_the_inbox_then_in_the_ledger(ads, store_url):
+    # Issue 36: the approval run that started after the deadline said "Expired" for an answer given in time.
+    from daedalus.tasks.approval import recorded_answer
+
+    k = with_proposal(ads, store_url, created=time.time())
+    pid = k.pending.id
+    assert recorded_answer(store_url, "ads", pid) is None
+    post_answer(ads, pid, "approve", 8, "alice", "peak at noon", store_url, given=k.pending.created + 30)
+    outcome, what = recorded_answer(store_url, "ads", pid)
+    assert outcome == "approved" and what.startswith(f"approve {pid} at scale-out 8 by alice: peak at noon, given at ")
+    waiting = Inbox(store_url).pending("ads")
+    apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
+    Inbox(store_url).ack([p for p, _ in waiting])
+    KnowledgeStore(store_url).save(k)
+    assert recorded_answer(store_url, "ads", pid) == (
+        "approved", f"proposal {pid} approved by alice: peak at noon (recorded in the job's ledger)")
+
+
 def test_reject_posts_the_reason(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
     post_answer(ads, k.pending.id, "reject", None, "carol", "peak is over", store_url)
