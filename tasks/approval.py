@@ -119,38 +119,30 @@ def approval_markdown(r: ApprovalRequest) -> str:
 
 
 def approval_form_markdown(r: ApprovalRequest) -> str:
-    """The proposal as the UI's resume form shows it above its fields: the same facts as the approval page, but
-    no heading and no table. The form is a narrow dialog (about 450 px at a 1,400 px window) that draws a Markdown
-    table in a scroll box of its own and a heading as large as its title; lines wrap and read in one scroll."""
+    """The proposal as the UI's resume form shows it above its fields: the same facts as the approval page, in
+    four short paragraphs. The form is a narrow dialog (about 450 px at a 1,400 × 1,000 px window) that shrinks its
+    description to the height its fields leave (about 440 px) and scrolls it inside the dialog beyond that, draws a
+    Markdown table in a scroll box of its own and a heading as large as its title: no heading, no table, no list."""
     direction = "scale out" if r.proposed > r.current else "scale in"
     ahead = "" if not r.forecast_horizon_s else f" over the next {duration(r.forecast_horizon_s)}"
     loads: list[float | None] = list(r.observed_load) or [None] * len(r.capacities)
-    lines = [
-        f"**{r.job}: {direction} {r.current} → {r.proposed}?** Proposal `{r.proposal}`; approve, reject, or approve "
-        f"another scale-out within [{r.min_scaleout}, {r.max_scaleout}]. Unanswered, it expires at "
-        f"{utc(r.expires)} and nothing happens.",
-        "",
-        f"- capacity: {r.capacities[r.current - 1]:,.0f} tuples/s now at {r.current}, "
-        f"**{r.capacities[r.proposed - 1]:,.0f}** at {r.proposed}",
-        f"- workload: {r.avg_workload:,.0f} tuples/s on average last loop; forecast peak{ahead} "
-        f"{r.forecast_peak:,.0f} ({r.forecast_method})",
-        f"- predicted recovery at {r.proposed}: "
-        f"{'n/a' if r.predicted_recovery_s is None else duration(r.predicted_recovery_s)}; consumer lag "
-        f"{r.lag:,.0f} tuples",
-        "",
-        "**Why now**",
-        "",
-        *numbered(r.reasons or ["(no reason recorded)"]),
-        "",
-        "**Capacity per scale-out** (tuples/s; predicted recovery)",
-        "",
-    ]
+    recovery = "n/a" if r.predicted_recovery_s is None else duration(r.predicted_recovery_s)
+    steps = []
     for i, (c, obs, rt, load) in enumerate(zip(r.capacities, r.observed, r.recovery_times, loads, strict=True),
                                            start=1):
-        mark = " **← now**" if i == r.current else (" **← proposed**" if i == r.proposed else "")
-        lines.append(f"- {i}: {c:,.0f}, {capacity_source(obs, load)}; "
-                     f"{'never' if rt is None else duration(rt)}{mark}")
-    return "\n".join(lines)
+        seen = f", {capacity_source(obs, load)}" if obs else ""
+        step = f"{i}: {c:,.0f}{seen}, {'never' if rt is None else duration(rt)}"
+        steps.append(f"**{step} ← now**" if i == r.current else f"**{step} ← proposed**" if i == r.proposed else step)
+    why = " ".join(f"**{n}.** {reason}" for n, reason in enumerate(r.reasons or ["(no reason recorded)"], start=1))
+    return "\n\n".join([
+        f"**{r.job}: {direction} {r.current} → {r.proposed}?** Proposal `{r.proposal}` expires at {utc(r.expires)}; "
+        "unanswered, nothing happens.",
+        f"Capacity {r.capacities[r.current - 1]:,.0f} tuples/s at {r.current}, **{r.capacities[r.proposed - 1]:,.0f}** "
+        f"at {r.proposed}; workload {r.avg_workload:,.0f}, forecast peak {r.forecast_peak:,.0f}{ahead} "
+        f"({r.forecast_method}); recovery at {r.proposed}: {recovery}.",
+        f"**Why now:** {why}",
+        "**Capacity per scale-out** (tuples/s, predicted recovery): " + " · ".join(steps),
+    ])
 
 
 def answer_model(r: ApprovalRequest) -> type[RunInput]:
@@ -160,14 +152,14 @@ def answer_model(r: ApprovalRequest) -> type[RunInput]:
     return create_model(
         "ScaleApproval",
         __base__=RunInput,
-        decision=(Literal["approve", "reject"], Field("approve", description="approve or reject the proposal")),
-        scaleout=(int, Field(r.proposed, ge=r.min_scaleout, le=r.max_scaleout,
-                                description=f"scale-out to apply when approving, within "
-                                            f"[{r.min_scaleout}, {r.max_scaleout}]")),
+        # No descriptions under the fields: each line they take is a line less for the proposal above them (the
+        # dialog shrinks its description to what the fields leave). The limits stay in the schema.
+        decision=(Literal["approve", "reject"], Field("approve")),
+        scaleout=(int, Field(r.proposed, ge=r.min_scaleout, le=r.max_scaleout)),
         # Prefect's open-source UI has no logged-in user to default to: the operator names themself, or the
         # server refuses the form (a default such as "prefect-ui" would put nobody in the ledger).
-        operator=(str, Field(min_length=1, description="who answers (your name); recorded in the ledger")),
-        reason=(str, Field("", description="why; recorded in the ledger")),
+        operator=(str, Field(min_length=1)),
+        reason=(str, Field("")),
     )
 
 

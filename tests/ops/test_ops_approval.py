@@ -63,16 +63,14 @@ def test_the_approval_page_shows_the_reasoning():
 
 def test_the_resume_form_shows_the_proposal_without_a_table_or_a_heading():
     # Issue 36: at 1,400 px the form's dialog drew the reasoning under a huge heading and the tables in a scroll box.
-    md = approval_form_markdown(_request())
-    assert not [line for line in md.splitlines() if line.startswith(("#", "|", "1. "))]
-    assert md.startswith("**ads: scale out 4 → 6?** Proposal `ads-1767225600`")
-    assert "expires at 2026-01-01 00:10:00 UTC" in md and "within [2, 10]" in md
-    assert "- capacity: 400,000 tuples/s now at 4, **600,000** at 6" in md
-    assert "forecast peak 530,000 (arima)" in md and "predicted recovery at 6: 2 min 30 s" in md
-    assert "**1.** C_4 = 400,000/s below the forecast peak 530,000/s" in md  # why now, numbered in the text
-    assert "- 4: 400,000, observed; 5 min **← now**" in md
-    assert "- 6: 600,000, estimated; 2 min 30 s **← proposed**" in md
-    assert "- 1: 100,000, estimated; never" in md
+    md = approval_form_markdown(_request(forecast_horizon_s=1800.0))
+    assert not [line for line in md.splitlines() if line.startswith(("#", "|", "- ", "1. "))]
+    assert md.startswith("**ads: scale out 4 → 6?** Proposal `ads-1767225600` expires at 2026-01-01 00:10:00 UTC")
+    assert "Capacity 400,000 tuples/s at 4, **600,000** at 6; workload 380,000, forecast peak 530,000 over the " \
+           "next 30 min (arima); recovery at 6: 2 min 30 s." in md
+    assert "**Why now:** **1.** C_4 = 400,000/s below the forecast peak 530,000/s" in md
+    assert "**4: 400,000, observed, 5 min ← now**" in md and "**6: 600,000, 2 min 30 s ← proposed**" in md
+    assert "1: 100,000, never · 2: 200,000, never" in md and "10: 1,000,000, 95 s" in md
     # The approval page (an artifact, the whole width) keeps its tables, with the reasons numbered in the text.
     assert "**1.** C_4 = 400,000/s" in approval_markdown(_request()) and "\n1. " not in approval_markdown(_request())
 

@@ -156,12 +156,13 @@ def test_an_operator_answers_a_proposal_through_the_ui_form(tmp_path):
                 run["id"]))
         text = " ".join(seen["text"].split())
         # What the operator reads: the proposal, the figures, why now and every scale-out's capacity.
-        assert f"payments: scale out 4 → 6? Proposal {k.pending.id}" in text
-        assert "capacity: 400,000 tuples/s now at 4, 600,000 at 6" in text
-        assert "forecast peak over the next 30 min 530,000 (arima)" in text
-        assert "Why now" in text and "1. C_4 = 400,000/s is below the forecast peak 530,000/s" in text
-        assert "4: 400,000, observed; 5 min ← now" in text and "6: 600,000, estimated; 2 min 30 s ← proposed" in text
-        assert "12: 1,200,000, estimated; 2 min" in text
+        assert f"payments: scale out 4 → 6? Proposal {k.pending.id} expires at" in text
+        assert "Capacity 400,000 tuples/s at 4, 600,000 at 6; workload 380,000, forecast peak 530,000 over the next " \
+               "30 min (arima); recovery at 6: 2 min 30 s." in text
+        assert "Why now: 1. C_4 = 400,000/s is below the forecast peak 530,000/s" in text
+        assert "4: 400,000, observed, 5 min ← now" in text and "6: 600,000, 2 min 30 s ← proposed" in text
+        assert "Capacity per scale-out (tuples/s, predicted recovery): 1: 100,000, never" in text
+        assert "12: 1,200,000, 2 min" in text
         # Readable: no heading larger than the dialog's title, nothing scrolling inside the dialog's body.
         assert seen["heading"] is None or seen["heading"] <= seen["title"], seen
         assert seen["scrolling"] == [], seen["scrolling"]
