@@ -72,14 +72,14 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     if not resuming:
         create_markdown_artifact(key=key, markdown=approval_markdown(request),
                                  description=f"Proposal {request.proposal}: awaiting an operator")
-    # The job's loop closes an unanswered run as Expired at `expires`; the server's own timeout, a little later,
-    # is only the backstop for a loop that stopped running.
+    # The job's loop closes an unanswered run as Expired at `expires` (plus its grace for answers on their way); the
+    # server's own timeout, a little later, is only the backstop for a loop that stopped running.
     answer = suspend_flow_run(wait_for_input=form, timeout=max(timeout, 1) + EXPIRY_MARGIN_S,
                               key=f"approval-{request.proposal}")
     spec = load_jobs(jobs_file).job(request.job)
     try:
         result = post_answer(spec, request.proposal, answer.decision, answer.scaleout, answer.operator,
-                             answer.reason, store_url, given=answered_at)
+                             answer.reason, store_url, given=answered_at, late_ok=True)
     except Refused as exc:
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, f"**Refused**: {exc}"),
                                  description=f"Proposal {request.proposal}: refused")

@@ -187,7 +187,7 @@ def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | No
 
 
 def checked_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
-                   given: float | None = None) -> tuple[int | None, float]:
+                   given: float | None = None, late_ok: bool = False) -> tuple[int | None, float]:
     """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply and the
     proposal's deadline.
 
@@ -209,7 +209,7 @@ def checked_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | 
     if given >= expires:
         raise Refused(f"proposal {proposal} expired at {utc(expires)}, before the answer given at "
                       f"{utc(given)}: nothing was done")
-    if WALL.now() >= expires + ANSWER_GRACE_S / 2:
+    if not late_ok and WALL.now() >= expires + ANSWER_GRACE_S / 2:
         raise Refused(f"the answer to {proposal}, given at {utc(given)}, arrived at {utc(WALL.now())}: too late to "
                       f"record before the loop expires the proposal (deadline {utc(expires)}); nothing was done")
     return (scaleout if scaleout is not None else proposed), expires
@@ -241,11 +241,13 @@ def pending_proposal(store_url: str, job: str, proposal: str) -> tuple[float, in
 
 
 def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
-                store_url: str, given: float | None = None) -> dict[str, Any]:
+                store_url: str, given: float | None = None, late_ok: bool = False) -> dict[str, Any]:
     """Check, then post the answer to the job's inbox for its loop to apply: once this returns the answer is on
-    disk, dated `given` (default now), with who and why, for the ledger."""
+    disk, dated `given` (default now), with who and why, for the ledger. `late_ok`: an answer given in time that
+    reaches the store after the loop's grace (a UI answer whose run a busy worker resumed late) is still posted
+    while the proposal is pending, rather than refused; the loop applies it if it has not expired the proposal."""
     given = WALL.now() if given is None else given
-    target, expires = checked_answer(spec, proposal, decision, scaleout, store_url, given)
+    target, expires = checked_answer(spec, proposal, decision, scaleout, store_url, given, late_ok)
     body: dict[str, Any] = {"proposal": proposal, "operator": operator, "reason": reason, "wall": given}
     if decision == "approve":
         body["scaleout"] = target

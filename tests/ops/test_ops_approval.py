@@ -97,6 +97,18 @@ def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads
     assert Store(store_url).job("ads").pending() == []
 
 
+def test_an_answer_given_in_time_that_reaches_the_store_late(ads, store_url):
+    # Refused from the command line (it could not promise the loop sees it); posted from a late-resumed UI run.
+    k = with_proposal(ads, store_url, created=time.time() - 600 - ANSWER_GRACE_S)  # the grace is over
+    given = k.pending.expires - 5
+    with pytest.raises(Refused, match="too late to record before the loop expires the proposal"):
+        post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given)
+    assert Inbox(store_url).pending("ads") == []
+    post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given, late_ok=True)
+    (_, msg), = Inbox(store_url).pending("ads")
+    assert msg.body["wall"] == given
+
+
 def test_expired_proposal_is_refused(ads, store_url):
     k = with_proposal(ads, store_url, created=T0)  # expired long ago on the wall clock
     with pytest.raises(Refused, match="expired at 2026-01-01 00:10:00 UTC"):
