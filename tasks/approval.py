@@ -296,12 +296,12 @@ def recorded_answer(store_url: str, job: str, proposal: str) -> tuple[str, str] 
     """(outcome, what) of an answer to `proposal` recorded outside its approval run — `daedalus approve|reject`
     writes to the job's inbox, and the loop then to its ledger — or None. An approval run that starts late (a busy
     worker) must report that answer, not "expired before an operator could answer"."""
-    for _, msg in Inbox(store_url).pending(job):
+    for _, msg in Store(store_url).job(job).pending():
         if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
             when = f", given at {utc(float(msg.body['wall']))}" if msg.body.get("wall") else ""
             return ("approved" if msg.kind == "approve" else "rejected",
                     f"{msg.describe()}{when}: the job's loop applies it at its next run")
-    k = KnowledgeStore(store_url).load(job).knowledge
+    k = Store(store_url).job(job).load().knowledge
     entry = None if k is None else k.entry(proposal)
     for _, label in reversed(entry.events if entry is not None else []):
         if label.startswith(("approved", "rejected")):

@@ -103,9 +103,9 @@ def test_an_answer_given_in_time_that_reaches_the_store_late(ads, store_url):
     given = k.pending.expires - 5
     with pytest.raises(Refused, match="too late to record before the loop expires the proposal"):
         post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given)
-    assert Inbox(store_url).pending("ads") == []
+    assert Store(store_url).job("ads").pending() == []
     post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given, late_ok=True)
-    (_, msg), = Inbox(store_url).pending("ads")
+    (_, msg), = Store(store_url).job("ads").pending()
     assert msg.body["wall"] == given
 
 
@@ -146,10 +146,10 @@ def test_an_answer_recorded_outside_the_approval_run_is_found_in_the_inbox_then_
     post_answer(ads, pid, "approve", 8, "alice", "peak at noon", store_url, given=k.pending.created + 30)
     outcome, what = recorded_answer(store_url, "ads", pid)
     assert outcome == "approved" and what.startswith(f"approve {pid} at scale-out 8 by alice: peak at noon, given at ")
-    waiting = Inbox(store_url).pending("ads")
+    waiting = Store(store_url).job("ads").pending()
     apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
-    Inbox(store_url).ack([p for p, _ in waiting])
-    KnowledgeStore(store_url).save(k)
+    Store(store_url).job("ads").ack([p for p, _ in waiting])
+    Store(store_url).job(k.job).save(k)
     assert recorded_answer(store_url, "ads", pid) == (
         "approved", f"proposal {pid} approved by alice: peak at noon (recorded in the job's ledger)")
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from daedalus.connectors.inbox import Inbox
 from daedalus.connectors.jobs import load_jobs
+from daedalus.connectors.store import Store
 from daedalus.runtime.local_prefect import start_server
 from tests.ops import devtools
 from tests.ops.conftest import with_proposal, write_jobs
@@ -168,7 +168,8 @@ def test_an_operator_answers_a_proposal_through_the_ui_form(tmp_path):
         assert seen["scrolling"] == [], seen["scrolling"]
         assert seen["operator"] == "", "the operator must not default to anybody"
         assert still == "PAUSED", "an answer without an operator must be refused: the run still waits"
-        answered = wait_for("the answer in the job's inbox", lambda: Inbox(store).pending("payments"), 180, server)
+        answered = wait_for("the answer in the job's inbox", lambda: Store(store).job("payments").pending(), 180,
+                            server)
         ((_, msg),) = answered
         assert (msg.kind, msg.body["proposal"], msg.body["operator"], msg.body["reason"], msg.body["scaleout"]) == \
             ("approve", k.pending.id, "alice", "peak at noon", 6)
