@@ -110,6 +110,8 @@ async def _answer_through_the_form(ws_url: str, url: str, shots: Path, api_url: 
         await asyncio.sleep(3)
         given = time.time()
         still = _run(api_url, run_id)["state"]["type"]
+        if not await p.js("!!document.querySelector('.p-modal__body')"):  # the dialog closed on the refusal
+            await _open_form(p, url)
         await p.js(f"{FIELD}({FILL})('alice', 'peak at noon')")
         await asyncio.sleep(3)
         return seen, still, given
