@@ -64,19 +64,6 @@ SEEN = FIELD + """(() => {
             width: card.getBoundingClientRect().width, operator: operator ? operator.value : null};
 })()"""
 
-FILL = """((operator, reason) => {
-    const body = document.querySelector('.p-modal__body');
-    const set = (e, v) => {
-        const proto = e.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
-        Object.getOwnPropertyDescriptor(proto, 'value').set.call(e, v);
-        e.dispatchEvent(new Event('input', {bubbles: true}));
-        e.dispatchEvent(new Event('change', {bubbles: true}));
-    };
-    if (operator !== null) set(field(body, 'Operator'), operator);
-    if (reason !== null) set(field(body, 'Reason'), reason);
-    [...document.querySelectorAll('.p-modal__card button')].find(b => b.innerText.trim() === 'Submit').click();
-    return true;
-})"""
 
 
 async def _open_form(p: devtools.Page, url: str) -> dict[str, Any]:
@@ -106,15 +93,31 @@ async def _answer_through_the_form(ws_url: str, url: str, shots: Path, api_url: 
         shot = await p.call("Page.captureScreenshot", format="png")
         shots.mkdir(parents=True, exist_ok=True)
         (shots / "resume-form.png").write_bytes(base64.b64decode(shot["data"]))
-        await p.js(f"{FIELD}({FILL})(null, 'peak at noon')")  # no operator
+        await _type(p, "Reason", "peak at noon")
+        await _submit(p)  # no operator
         await asyncio.sleep(3)
         given = time.time()
         still = _run(api_url, run_id)["state"]["type"]
         if not await p.js("!!document.querySelector('.p-modal__body')"):  # the dialog closed on the refusal
             await _open_form(p, url)
-        await p.js(f"{FIELD}({FILL})('alice', 'peak at noon')")
+            await _type(p, "Reason", "peak at noon")
+        await _type(p, "Operator", "alice")
+        await _submit(p)
         await asyncio.sleep(3)
         return seen, still, given
+
+
+async def _type(p: devtools.Page, label: str, text: str) -> None:
+    """Focus the dialog's field labelled `label` and type `text` as a person does (trusted key input, which the UI's
+    form binds to; setting the value from a script does not reach it)."""
+    await p.js(f"{FIELD}(field(document.querySelector('.p-modal__body'), {label!r}) || {{focus() {{}}}}).focus()")
+    await p.call("Input.insertText", text=text)
+    await asyncio.sleep(0.3)
+
+
+async def _submit(p: devtools.Page) -> None:
+    await p.js("[...document.querySelectorAll('.p-modal__card button')].find(b => b.innerText.trim() === 'Submit')"
+               ".click()")
 
 
 def _run(server_api: str, run_id: str) -> dict[str, Any]:
