@@ -126,13 +126,16 @@ def run_operate_bench(minutes: float, console: Console, keep: Path | None = None
         time.sleep(20)  # let the last runs finish before counting them
         loops = asyncio.run(_runs("mape-k", start, end))
         pipeline = asyncio.run(_runs("validate-metrics", start - 60, end))
-        lost, late = [], []
+        lost, late, pending_at_end = [], [], []
         for proposal, result in answered.items():
             job = result["job"]
             entry = Store(store).job(job).load().knowledge.entry(proposal)  # type: ignore[union-attr]
             given = datetime.fromisoformat(result["given"]).timestamp()
             events = [t for t, what in (entry.events if entry else []) if what.startswith(("approved", "rejected"))]
-            if not events:
+            waiting = [m for _, m in Store(store).job(job).pending() if m.body.get("proposal") == proposal]
+            if not events and waiting:  # given near the end: still in the inbox when the server stopped
+                pending_at_end.append(proposal)
+            elif not events:
                 lost.append(proposal)
             elif abs(events[0] - given) > 1:
                 late.append(proposal)
@@ -148,6 +151,7 @@ def run_operate_bench(minutes: float, console: Console, keep: Path | None = None
             "commands": {name: {"n": len(s), **_percentiles(s)} for name, s in by_command.items()},
             "command_failures": [c for c in commands if c["rc"] != 0],
             "answers": len(answered), "answers_lost": lost, "answers_misdated": late,
+            "answers_waiting_at_end": pending_at_end,
             "server_log_database_locked": _log_count(server.home, "database is locked"),
             "worker_log_keepalive_failed": _log_count(server.home, "keepalive ping failed"),
         }
@@ -183,8 +187,9 @@ def operate_table(report: dict[str, Any]) -> Table:
         *((f"`daedalus {name}` p50 / max (n={c['n']})", f"{c['p50']} / {c['max']} s")
           for name, c in sorted(report["commands"].items())),
         ("commands that failed", str(len(report["command_failures"]))),
-        ("answers given / lost / misdated", f"{report['answers']} / {len(report['answers_lost'])} / "
-                                            f"{len(report['answers_misdated'])}"),
+        ("answers given / lost / misdated / still in the inbox at the end",
+         f"{report['answers']} / {len(report['answers_lost'])} / {len(report['answers_misdated'])} / "
+         f"{len(report.get('answers_waiting_at_end', []))}"),
         ("server log: 'database is locked'", str(report["server_log_database_locked"])),
         ("worker log: 'keepalive ping failed'", str(report["worker_log_keepalive_failed"])),
     ]
