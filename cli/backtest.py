@@ -91,7 +91,7 @@ def backtest(
              "store, the configured downtimes", show_default=False)] = None,
     max_scaleout: Annotated[int | None, typer.Option(min=1, max=1024, help="The job's maximum scale-out "
                                                      "(default: the largest in its history)")] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master (default local[N], N half the cores)")] = None,
 ) -> None:
     """Replay policies on a job's own history from the lake and compare them with what actually ran: worker-hours,
     seconds over the SLO, p95 latency, rescales. Exits 1 when the history cannot be backtested, saying why."""

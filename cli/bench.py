@@ -136,6 +136,23 @@ def deploy(
                                        indent=2))
 
 
+def operate(
+    minutes: Annotated[float, typer.Option(min=3, help="How long to run")] = 20,
+    pipeline_every: Annotated[float, typer.Option(min=30, help="Seconds between the validate-metrics runs created "
+                                                                "on top of its schedule (the pipeline always due)")
+                              ] = 180,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
+    keep: Annotated[Path | None, typer.Option(help="Keep the server home, store and lake here")] = None,
+) -> None:
+    """Three jobs (two approve, one auto) with the pipeline due, one worker: the loops' start delays and cancelled
+    runs, each operator command's time, and whether every answer reached the ledger dated when it was given."""
+    from daedalus.bench.operate import operate_table, run_operate_bench
+
+    report = run_operate_bench(minutes, console, keep, pipeline_every)
+    out.print(operate_table(report))
+    _write_json(json_out, report)
+
+
 def schedule(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs on the one-minute schedule")] = 100,
     minutes: Annotated[float, typer.Option(min=1, help="How long to run")] = 30,

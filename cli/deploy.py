@@ -47,7 +47,7 @@ def deploy(
     every other command without options talks about this fleet.
     """
     from daedalus.connectors.jobs import load_jobs
-    from daedalus.deployments.deploy import absolute, deploy_jobs, plan_deployments
+    from daedalus.deployments.deploy import absolute, deploy_jobs, plan_deployments, sqlite_warning
     from daedalus.deployments.deploy import prefect_yaml as render
     from daedalus.runtime.prefork import job_variables
 
@@ -86,6 +86,9 @@ def deploy(
             console.print(f"Settings saved to {saved}: commands without options now use this fleet "
                           "(`daedalus config` shows them)")
             console.print(f"Start a worker: daedalus worker --pool {settings.pool}")
+            warning = sqlite_warning(url, len(load_jobs(path).jobs), background and lake_url is not None)
+            if warning:
+                console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
         for note in notes:
             console.print(f"[yellow]note:[/yellow] {note}")
     except DaedalusError as exc:
@@ -99,8 +102,15 @@ def worker(
     limit: Annotated[int, typer.Option(min=0, help="Flow runs in flight at most (0: no limit). Not with "
                                                    "approve-mode jobs: Prefect 3.8.8's worker crashes when a "
                                                    "resumed run comes back while its slot is still held")] = 0,
+    queue: Annotated[list[str] | None, typer.Option(help="Serve only this work queue of the pool (repeat for more; "
+                                                         "default: all). `--queue pipeline` on another machine "
+                                                         "runs the Spark pipeline there")] = None,
 ) -> None:
-    """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved)."""
+    """A Prefect process worker whose flow runs fork from a preloaded process (seconds of imports saved).
+
+    It serves every work queue of the pool unless given `--queue`: due loops (queue `default`, priority 1) start
+    before any pipeline run (queue `pipeline`, priority 10, one at a time).
+    """
     from daedalus.runtime.prefork import run_worker
 
     try:
@@ -109,4 +119,4 @@ def worker(
     except DaedalusError as exc:
         fail(exc)
     with prefect_api(url):
-        raise typer.Exit(run_worker(resolved.settings.pool, socket_path, limit or None))
+        raise typer.Exit(run_worker(resolved.settings.pool, socket_path, limit or None, queues=tuple(queue or ())))

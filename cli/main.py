@@ -39,9 +39,9 @@ for _command in (cli_simulate.simulate, cli_simulate.demo, cli_observe.observe, 
 
 bench = typer.Typer(help="Benchmarks that print figures (policies, loop cost, forecast, capacity, ...).",
                     no_args_is_help=True)
-for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.retrain, cli_bench.validate,
-                 cli_bench.policies, cli_bench.cv, cli_bench.loop, cli_bench.forecast, cli_bench.capacity,
-                 cli_bench.fleet, cli_bench.chaos):
+for _command in (cli_bench.monitor, cli_bench.deploy, cli_bench.schedule, cli_bench.operate, cli_bench.retrain,
+                 cli_bench.validate, cli_bench.policies, cli_bench.cv, cli_bench.loop, cli_bench.forecast,
+                 cli_bench.capacity, cli_bench.fleet, cli_bench.chaos):
     bench.command()(_command)
 bench.command(name="flink")(cli_flink.bench)  # calibration on a real local Flink (docs/engines.md)
 bench.command(name="backtest")(cli_backtest.bench)  # the fleet backtest on Spark (docs/backtest.md)

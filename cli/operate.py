@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from daedalus.cli.common import Format, JobsFile, Output, Store, console, fail, out, print_json, show
-from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, prefect_api, resolve
+from daedalus.cli.settings import HOW, Resolved, api_url, known_job, operator_in_force, resolve
 from daedalus.models.errors import ConfigurationError, DaedalusError
 from daedalus.models.text import duration, number, percent, utc
 
@@ -31,51 +31,53 @@ Operator = Annotated[str | None, typer.Option(
 # --- status ------------------------------------------------------------------------------------------------
 
 
-def prefect_runs(jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """Per job: its mape-k deployment (schedule paused?) and its last runs, from the Prefect API."""
-    from datetime import UTC, datetime
+def prefect_runs(url: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    """Per job: its mape-k deployment (schedule paused?) and its last runs, from the Prefect API at `url`.
 
-    from prefect import get_client
-    from prefect.client.schemas.filters import (
-        DeploymentFilter,
-        DeploymentFilterName,
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterDeploymentId,
-        FlowRunFilterExpectedStartTime,
-    )
-    from prefect.client.schemas.sorting import FlowRunSort
+    Two REST calls with httpx, not Prefect's client: importing the client costs a second or more of CPU, and an
+    operator reading `status` on a machine busy with the loops and the pipeline should not wait for it."""
+    import os
 
+    import httpx
+
+    key = os.environ.get("PREFECT_API_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=url.rstrip("/") + "/", headers=headers, timeout=30) as client:
+        found = client.post("deployments/filter", json={"flows": {"name": {"any_": ["mape-k"]}},
+                                                        "deployments": {"name": {"any_": jobs}}})
+        found.raise_for_status()
+        deployments = found.json()
+        by_id = {d["id"]: d for d in deployments}
+        runs: list[dict[str, Any]] = []
+        if by_id:
+            due = {"deployment_id": {"any_": list(by_id)},
+                   "expected_start_time": {"before_": datetime.now(UTC).isoformat()}}
+            got = client.post("flow_runs/filter", json={"flow_runs": due, "sort": "EXPECTED_START_TIME_DESC",
+                                                        "limit": min(200, 5 * max(1, len(by_id)))})
+            got.raise_for_status()
+            runs = got.json()
     info: dict[str, dict[str, Any]] = {}
-    with get_client(sync_client=True) as client:
-        deployments = client.read_deployments(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["mape-k"])),
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=jobs)))
-        by_id = {d.id: d for d in deployments}
-        due = FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
-                            expected_start_time=FlowRunFilterExpectedStartTime(before_=datetime.now(UTC)))
-        runs = client.read_flow_runs(flow_run_filter=due, sort=FlowRunSort.EXPECTED_START_TIME_DESC,
-                                     limit=min(200, 5 * max(1, len(by_id)))) if by_id else []
     for d in deployments:
-        info[d.name] = {"deployment": str(d.id), "paused": d.paused, "last": None, "late_s": None}
+        info[d["name"]] = {"deployment": d["id"], "paused": d.get("paused"), "last": None, "late_s": None}
     for r in runs:
-        d = by_id.get(r.deployment_id)
-        if d is None or _skipped(r.state):
+        d = by_id.get(r.get("deployment_id"))
+        state = r.get("state") or {}
+        if d is None or _skipped(state):
             continue
-        entry = info[d.name]
+        entry = info[d["name"]]
         if entry["last"] is None:
-            entry["last"] = r.state.name if r.state else "?"
-        if entry["late_s"] is None and r.start_time is not None:  # a worker may start a run before it is due
-            entry["late_s"] = max(0.0, (r.start_time - r.expected_start_time).total_seconds())
+            entry["last"] = state.get("name") or "?"
+        if entry["late_s"] is None and r.get("start_time") and r.get("expected_start_time"):
+            # a worker may start a run before it is due
+            late = (datetime.fromisoformat(r["start_time"]) - datetime.fromisoformat(r["expected_start_time"]))
+            entry["late_s"] = max(0.0, late.total_seconds())
     return info
 
 
-def _skipped(state: Any) -> bool:
+def _skipped(state: dict[str, Any]) -> bool:
     """A run the deployment's one-at-a-time limit cancelled because the previous loop still ran (a worker catching
-    up on late runs): no loop was missed, so it is not what "last run" should show."""
-    return (state is not None and state.type.value == "CANCELLED" and
-            "concurrency limit" in (state.message or "").lower())
+    up on late runs): no loop was missed, so it is not what "last run" should show. `state` as the API returns it."""
+    return state.get("type") == "CANCELLED" and "concurrency limit" in (state.get("message") or "").lower()
 
 
 def _job_names(resolved: Resolved) -> tuple[list[tuple[str, str]], str]:
@@ -116,8 +118,7 @@ def fleet(resolved: Resolved) -> tuple[list[dict[str, Any]], str, str]:
         api_note = f"store only: {exc}"
     else:
         try:
-            with prefect_api(url):
-                api = prefect_runs([j for j, _ in jobs])
+            api = prefect_runs(url, [j for j, _ in jobs])
             api_note = ""
         except Exception as exc:  # the store's view is still worth showing
             api_note = f"store only: the Prefect API failed ({type(exc).__name__}: {exc})"
@@ -260,96 +261,52 @@ def job_detail(job: str, store_url: str, fmt: Format = Format.table) -> None:
 # --- approvals ---------------------------------------------------------------------------------------------
 
 
-def find_approval_run(proposal: str) -> Any | None:
-    """The `approve-scale` flow run of a proposal, if it has one, from the Prefect API in force."""
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-    from prefect.client.schemas.sorting import FlowRunSort
+def _next_loop(store_url: str, job: str, now: float) -> float | None:
+    """When the job's loop should next run, from its last run (status) and the loops' interval; None before its
+    first run. What an operator is told to expect, not a promise: a busy worker starts runs late."""
+    from daedalus.connectors import store as job_store
+    from daedalus.deployments.deploy import LOOP_INTERVAL_S
 
-    with get_client(sync_client=True) as client:
-        tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[f"proposal:{proposal}"]))
-        runs = client.read_flow_runs(flow_run_filter=tagged, sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=1)
-    return runs[0] if runs else None
-
-
-APPROVAL_RUN_START_S = 90.0  # a proposal shows in `status` before its approval run (a flow run) has started
-
-
-def approvals_deployed() -> bool:
-    """Whether the API in force has the `approve-scale` deployment: then every proposal gets an approval run."""
-    from prefect import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    from daedalus.tasks.approval import APPROVE_DEPLOYMENT
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_deployment_by_name(APPROVE_DEPLOYMENT)
-        except ObjectNotFound:
-            return False
-    return True
+    last = (job_store.Store(store_url).job(job).status() or {}).get("wall")
+    if last is None:
+        return None
+    due = float(last) + LOOP_INTERVAL_S
+    while due < now:
+        due += LOOP_INTERVAL_S
+    return due
 
 
-def _approval_run(proposal: str) -> Any | None:
-    """The proposal's approval run once it waits for an answer or has ended: an operator who answers the moment
-    a proposal appears should not be told to come back later. Where approvals are deployed, the loop starts the run
-    moments after it saved the proposal: an answer in between waits for it instead of going to the job's inbox."""
-    run = find_approval_run(proposal)
-    deadline = time.monotonic() + APPROVAL_RUN_START_S
-    expected = run is None and approvals_deployed()
-    with console.status(f"waiting for the approval run of {proposal} to start"):
-        while time.monotonic() < deadline and (
-                (run is None and expected) or (run is not None and run.state is not None and not run.state.is_paused()
-                                               and not run.state.is_final() and not run.empirical_policy.resuming)):
-            time.sleep(2)
-            run = find_approval_run(proposal)
-    return run
+def answer(proposal: str, decision: str, scaleout: int | None, operator: str, reason: str, resolved: Resolved,
+           given: float) -> dict[str, Any]:
+    """Check the answer against the jobs file and the job's knowledge, then record it in the job's inbox, dated
+    `given` (the command's start): once this returns the answer is on disk where the loop reads it, and a proposal
+    answered before its deadline is honoured even when the loop's run starts after it. No Prefect call: an answer
+    must not wait for a busy server or worker (the loop closes the proposal's approval run when it applies it)."""
+    from daedalus.tasks.approval import Refused, post_answer
+
+    job, store_url = proposal.rsplit("-", 1)[0], resolved.settings.store
+    spec = known_job(resolved, job)
+    try:
+        result = post_answer(spec, proposal, decision, scaleout, operator, reason, store_url, given)
+    except OSError as exc:
+        raise Refused(f"the answer to {proposal} could not be recorded in {store_url} ({type(exc).__name__}: "
+                      f"{exc}); nothing was done: answer again") from None
+    return {**result, "given": _iso(given), "expires": _iso(result["expires"]),
+            "next_loop": _iso(_next_loop(store_url, job, time.time()))}
 
 
-def answer(proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
-           resolved: Resolved) -> dict[str, Any]:
-    """Check the answer against the jobs file and the job's knowledge, then resume the proposal's approval run
-    (or, when it has none, post to the job's inbox). Refused before anything is sent; without a reachable
-    Prefect API, says so and how to set it."""
-    from daedalus.connectors.jobs import load_jobs
-    from daedalus.tasks.approval import OUTCOME_STATES, Refused, check_answer, post_answer
-
-    with prefect_api(api_url(resolved)):
-        run = _approval_run(proposal)
-        store_url = resolved.settings.store
-        if run is None:
-            spec = known_job(resolved, proposal.rsplit("-", 1)[0])
-            return post_answer(spec, proposal, decision, scaleout, operator, reason, store_url)
-        request = run.parameters.get("request", {})
-        store_url, jobs = run.parameters.get("store_url", store_url), run.parameters.get("jobs_file")
-        job = request.get("job")
-        state = run.state
-        if state is None or not state.is_paused():
-            name = state.name if state else "unknown"
-            if state is not None and state.is_failed():
-                raise Refused(f"proposal {proposal} expired: its approval run {run.id} ended {name} "
-                              f"({state.message}); nothing was done")
-            if state is not None and state.is_completed() and name in OUTCOME_STATES.values():
-                # closed by the loop, unanswered ("proposal … expired: nothing was done"): not "already answered"
-                raise Refused(f"{state.message} (its approval run {run.id} is {name})")
-            if (state is not None and state.is_final()) or run.empirical_policy.resuming:
-                raise Refused(f"proposal {proposal} was already answered: its approval run {run.id} is {name}")
-            raise Refused(f"the approval run of {proposal} is still {name} after {APPROVAL_RUN_START_S:.0f} s: is a "
-                          "worker running for the pool? (`daedalus status` shows the loops' runs)")
-        spec = load_jobs(jobs).job(job)
-        target = check_answer(spec, proposal, decision, scaleout, store_url)
-        from prefect.exceptions import FlowPauseTimeout
-        from prefect.flow_runs import resume_flow_run
-
-        run_input = {"decision": decision, "scaleout": target, "operator": operator, "reason": reason}
-        try:
-            resume_flow_run(run.id, run_input=run_input)
-        except FlowPauseTimeout:
-            raise Refused(f"proposal {proposal} expired: its approval run can no longer resume") from None
-        except RuntimeError as exc:
-            raise Refused(f"the Prefect API refused the answer to {proposal}: {exc}") from None
-    return {"job": job, "proposal": proposal, "decision": decision, "scaleout": target, "operator": operator,
-            "approval_run": str(run.id)}
+def _answered(verb: str, result: dict[str, Any]) -> None:
+    """What was recorded and what happens next, for people (stderr); the JSON line for scripts (stdout)."""
+    next_loop = result["next_loop"]
+    when = (f"at its next run, due about {utc(datetime.fromisoformat(next_loop).timestamp())}" if next_loop else
+            "at its next run")
+    expires = result["expires"]
+    deadline = f", deadline {utc(datetime.fromisoformat(expires).timestamp())}" if expires else ""
+    at = f" at scale-out {result['scaleout']}" if result["decision"] == "approve" else ""
+    console.print(f"[green]{verb}[/green] {result['proposal']}{at} by {result['operator']} (given "
+                  f"{utc(datetime.fromisoformat(result['given']).timestamp())}{deadline}): recorded in the inbox of "
+                  f"{result['job']}; its loop applies it {when}", soft_wrap=True)
+    posted(result)
 
 
 def _switch(kind: str, job: str | None, all_jobs: bool, operator: str, reason: str, resolved: Resolved) -> None:
@@ -420,15 +377,18 @@ def approve(
     jobs_file: JobsFile = None,
     store: Store = None,
 ) -> None:
-    """Approve a scale proposal (optionally with another scale-out within the job's limits)."""
+    """Approve a scale proposal (optionally with another scale-out within the job's limits).
+
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
+    """
+    given = time.time()  # when the operator answered: the deadline is judged then
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
-        result = answer(proposal, "approve", scaleout, operator_in_force(operator, resolved), reason, resolved)
+        result = answer(proposal, "approve", scaleout, operator_in_force(operator, resolved), reason, resolved,
+                        given)
     except DaedalusError as exc:
         fail(exc)
-    console.print(f"[green]approved[/green] {proposal} at scale-out {result['scaleout']}: the loop of "
-                  f"{result['job']} applies it at its next run", soft_wrap=True)
-    posted(result)
+    _answered("approved", result)
 
 
 def reject(
@@ -438,14 +398,17 @@ def reject(
     jobs_file: JobsFile = None,
     store: Store = None,
 ) -> None:
-    """Reject a scale proposal: nothing is done and the loop may propose again."""
+    """Reject a scale proposal: nothing is done and the loop may propose again.
+
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
+    """
+    given = time.time()
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
-        result = answer(proposal, "reject", None, operator_in_force(operator, resolved), reason, resolved)
+        result = answer(proposal, "reject", None, operator_in_force(operator, resolved), reason, resolved, given)
     except DaedalusError as exc:
         fail(exc)
-    console.print(f"[green]rejected[/green] {proposal}")
-    posted(result)
+    _answered("rejected", result)
 
 
 def pause(
@@ -488,15 +451,25 @@ def scale(
     operator: Operator = None,
     store: Store = None,
 ) -> None:
-    """Scale a job by hand, within its limits (what the `scale-job` deployment does from the UI)."""
+    """Scale a job by hand, within its limits (what the `scale-job` deployment does from the UI).
+
+    Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
+    """
     from daedalus.tasks.approval import post_manual_scale
 
+    given = time.time()
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)
         who = operator_in_force(operator, resolved)
-        msg = post_manual_scale(known_job(resolved, job), scaleout, reason, who, resolved.settings.store)
+        msg = post_manual_scale(known_job(resolved, job), scaleout, reason, who, resolved.settings.store, given)
     except DaedalusError as exc:
         fail(exc)
-    console.print(f"manual scale of {job} to {scaleout} posted ({msg}); its loop applies it at its next run",
-                  soft_wrap=True)
-    posted({"job": job, "action": "scale", "scaleout": scaleout, "operator": who, "reason": reason, "message": msg})
+    except OSError as exc:
+        fail(DaedalusError(f"the manual scale of {job} could not be recorded ({type(exc).__name__}: {exc}); "
+                           "nothing was done: ask again"))
+    next_loop = _next_loop(resolved.settings.store, job, time.time())
+    when = f", due about {utc(next_loop)}" if next_loop else ""
+    console.print(f"manual scale of {job} to {scaleout} by {who} recorded ({msg}, given {utc(given)}); its loop "
+                  f"applies it at its next run{when}", soft_wrap=True)
+    posted({"job": job, "action": "scale", "scaleout": scaleout, "operator": who, "reason": reason, "message": msg,
+            "given": _iso(given), "next_loop": _iso(next_loop)})

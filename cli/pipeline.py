@@ -61,7 +61,7 @@ def validate(
     window_s: Annotated[float, typer.Option(min=1.0, help="Validate the last this many seconds")] = 900.0,
     until: Annotated[float | None, typer.Option(help="End of the window, epoch seconds (default: now)")] = None,
     max_gap_steps: Annotated[int, typer.Option(min=0)] = 5,
-    master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master (default local[N], N half the cores)")] = None,
 ) -> None:
     """Run the validate-metrics flow once; exits 1 when a job fails, listing job, expectation and rows."""
     from daedalus.flows.pipeline import validate_metrics
@@ -89,7 +89,7 @@ def retrain(
     store: Store = None,
     history_s: Annotated[float, typer.Option(min=600.0)] = 6 * 3600.0,
     until: Annotated[float | None, typer.Option(help="End of the history, epoch seconds (default: now)")] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master (default local[N], N half the cores)")] = None,
 ) -> None:
     """Run the retrain-forecasters flow once: fit, backtest, promote only where better."""
     from daedalus.flows.pipeline import retrain_forecasters

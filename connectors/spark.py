@@ -1,9 +1,11 @@
 """The one place for Spark settings and the Spark session of the pipeline flows.
 
-Master URL: `local[*]` by default (every core of this machine); a `spark://host:7077` or `k8s://https://…`
-cluster when the fleet outgrows one machine (cluster settings such as `spark.kubernetes.container.image` go
-in `conf`). The environment overrides the defaults: `DAEDALUS_SPARK_MASTER`, `DAEDALUS_SPARK_DRIVER_MEMORY`,
-`DAEDALUS_SPARK_SHUFFLE_PARTITIONS`, `DAEDALUS_SPARK_LOG`.
+Master URL: `local[N]` by default with N half this machine's cores (at least one), a 1 GB driver and the
+process's CPU priority lowered (`nice` 10): the pipeline runs beside the control loops unless its work queue is
+served elsewhere, and must leave them a core. A `spark://host:7077` or `k8s://https://…` cluster when the fleet
+outgrows one machine (cluster settings such as `spark.kubernetes.container.image` go in `conf`). The environment
+overrides the defaults: `DAEDALUS_SPARK_MASTER`, `DAEDALUS_SPARK_DRIVER_MEMORY`, `DAEDALUS_SPARK_SHUFFLE_PARTITIONS`,
+`DAEDALUS_SPARK_NICE`, `DAEDALUS_SPARK_LOG`.
 
 Traps handled here (see STACK.md): the Python workers must run this interpreter (`PYSPARK_PYTHON` is set to
 `sys.executable` before the session starts); `SPARK_LOCAL_IP=127.0.0.1` for a local master; adaptive
@@ -32,13 +34,20 @@ if TYPE_CHECKING:
 __all__ = ["LakeRead", "SparkSettings", "by_job", "read_lake", "session", "stop"]
 
 
+def local_master() -> str:
+    """`local[N]` with half this machine's cores, at least one: `local[*]` took both cores of a two-core machine
+    from the control loops beside it (start delays of a minute, loops cancelled)."""
+    return f"local[{max(1, (os.cpu_count() or 2) // 2)}]"
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     """Settings of the pipeline's Spark session; each declared once with its default."""
 
-    master: str = "local[*]"  # local[N], spark://host:port or k8s://https://host:port
+    master: str = field(default_factory=local_master)  # local[N], spark://host:port or k8s://https://host:port
     app_name: str = "daedalus-pipeline"
-    driver_memory: str = "4g"  # the driver holds the executors on a local master
+    driver_memory: str = "1g"  # the driver holds the executors on a local master: enough for a fleet's window
+    nice: int = 10  # CPU priority lowered by this much (a local master's JVM and Python workers inherit it); 0: none
     shuffle_partitions: int = 16  # partitions after a shuffle (groupBy job): a few per core
     ui: bool = False  # the Spark UI binds a port; off unless asked for
     conf: Mapping[str, str] = field(default_factory=dict)  # anything else, passed through
@@ -68,6 +77,12 @@ class SparkSettings:
             values["master"] = env["DAEDALUS_SPARK_MASTER"]
         if "DAEDALUS_SPARK_DRIVER_MEMORY" in env:
             values["driver_memory"] = env["DAEDALUS_SPARK_DRIVER_MEMORY"]
+        if "DAEDALUS_SPARK_NICE" in env:
+            try:
+                values["nice"] = int(env["DAEDALUS_SPARK_NICE"])
+            except ValueError:
+                raise ConfigurationError(f"DAEDALUS_SPARK_NICE must be an integer, got "
+                                         f"{env['DAEDALUS_SPARK_NICE']!r}") from None
         if "DAEDALUS_SPARK_SHUFFLE_PARTITIONS" in env:
             try:
                 values["shuffle_partitions"] = int(env["DAEDALUS_SPARK_SHUFFLE_PARTITIONS"])
@@ -130,6 +145,10 @@ def session(settings: SparkSettings | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
+    if active is None and settings.local and settings.nice > 0:
+        # Before the JVM starts, so it and its Python workers inherit it: a loop due now gets the CPU first.
+        # A pipeline flow run is a process of its own; the priority goes with it when it ends.
+        os.nice(settings.nice)
     if active is not None and active.sparkContext.master != settings.master:
         active.stop()
     builder = SparkSession.builder.master(settings.master)

@@ -7,6 +7,11 @@ every metric since its last observation, so a skipped minute loses nothing, whil
 behind a slow one and act late. Schedules are anchored at a per-job second of the minute, so a hundred jobs do
 not all start at :00.
 
+The loops and the batch work never share a work queue: the pipeline and backtest flows go to the pool's
+`pipeline` queue (priority 10, one run at a time), everything else to its `default` queue (priority 1). A worker
+polling both starts a due loop before any pipeline run; a worker started with `--queue pipeline` on another
+machine takes the pipeline off the loops' machine altogether (docs/operate.md).
+
 Planning (`plan_deployments`) is pure and checks everything first (the jobs file, the jobs asked for); only
 then `apply_deployments` writes to the Prefect API, so a bad request changes nothing. A deployment's version is
 a hash of its content: deploying again rewrites only what changed. `prefect_yaml` renders the same plan for
@@ -27,13 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
-from prefect.schedules import Interval, Schedule
 
 from daedalus.connectors.jobs import JobsFile, JobSpec, load_jobs
 from daedalus.models.errors import ConfigurationError
+
+if TYPE_CHECKING:  # Prefect is imported where a deployment is built: `daedalus approve` reads LOOP_INTERVAL_S only
+    from prefect.schedules import Schedule
 
 DEFAULT_POOL = "daedalus"
 LOOP_INTERVAL_S = 60
@@ -41,6 +48,26 @@ FLEET_INTERVAL_S = 300
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 COLLISION = "CANCEL_NEW"
 TAG = "daedalus"
+LOOP_QUEUE = "default"  # the loops, operator and dashboard flows: Prefect's own default queue of the pool
+PIPELINE_QUEUE = "pipeline"  # the Spark pipeline and the backtests
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A work queue of the pool: Prefect starts runs of a lower `priority` number first, and never more than
+    `concurrency` at once from it (None: no limit)."""
+
+    name: str
+    priority: int
+    concurrency: int | None
+    description: str
+
+
+QUEUES = (
+    Queue(LOOP_QUEUE, 1, None, "Daedalus control loops, operator and dashboard flows: started first."),
+    Queue(PIPELINE_QUEUE, 10, 1, "Daedalus pipeline (Spark) and backtests: one at a time, after any due loop; "
+                                 "serve it from another machine with `daedalus worker --queue pipeline`."),
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,7 @@ class Planned:
     triggers: tuple[Any, ...] = ()
     version: str = ""
     job_variables: dict[str, Any] = field(default_factory=dict)
+    queue: str = LOOP_QUEUE
 
     @property
     def flow_name(self) -> str:
@@ -104,6 +132,8 @@ LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
 
 def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
+    from prefect.schedules import Interval
+
     from daedalus.flows.mape_k import mape_k
 
     return Planned(
@@ -120,6 +150,8 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
 
 def operator_deployments(store_url: str, jobs_file: str, job_variables: dict[str, Any] | None = None
                          ) -> list[Planned]:
+    from prefect.schedules import Interval
+
     from daedalus.flows.approval import approve_scale, scale_job
     from daedalus.flows.dashboards import fleet_overview
     from daedalus.flows.release import release_job
@@ -180,7 +212,8 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
         for name, schedules in pipeline.schedules().items():
             planned.append(Planned(flow=flows[name], name=name, parameters=_accepted(flows[name], where),
                                    tags=(TAG, "pipeline"), description=flows[name].description or "",
-                                   schedules=tuple(schedules), concurrency=1, job_variables=jv))
+                                   schedules=tuple(schedules), concurrency=1, job_variables=jv,
+                                   queue=PIPELINE_QUEUE))
     except ModuleNotFoundError as exc:
         if exc.name != "daedalus.flows.pipeline":
             raise
@@ -188,7 +221,8 @@ def extra_deployments(store_url: str, jobs_file: str, lake_url: str | None,
     from daedalus.flows.backtest import backtest  # on demand: run from the UI with the job and the window
 
     planned.append(Planned(flow=backtest, name="backtest", parameters=_accepted(backtest, where),
-                           tags=(TAG, "pipeline"), description=backtest.description or "", job_variables=jv))
+                           tags=(TAG, "pipeline"), description=backtest.description or "", job_variables=jv,
+                           queue=PIPELINE_QUEUE))
     return planned, notes
 
 
@@ -232,12 +266,57 @@ async def ensure_pool(client: Any, pool: str, create: bool) -> str:
     return "process"
 
 
+SQLITE_MAX_JOBS = 10  # one-minute loops a SQLite-backed server takes without its log filling with lock tracebacks
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def sqlite_warning(api_url: str, jobs: int, pipeline: bool) -> str | None:
+    """A warning for a fleet too big for the local Prefect server's SQLite database, or None.
+
+    SQLite takes one writer at a time: beside a Spark pipeline, or beyond `SQLITE_MAX_JOBS` one-minute loops, the
+    server logs `database is locked` tracebacks and answers 503 until it falls behind. The API does not say which
+    database a server uses (its URL is redacted), so this judges a server on this machine by the database URL in
+    force here, which `prefect server start` uses; a remote server is not judged."""
+    from urllib.parse import urlparse
+
+    from prefect.settings import get_current_settings
+
+    if urlparse(api_url).hostname not in LOOPBACK:
+        return None
+    url = get_current_settings().server.database.connection_url
+    if url is not None and not url.get_secret_value().startswith("sqlite"):
+        return None
+    if jobs <= SQLITE_MAX_JOBS and not pipeline:
+        return None
+    why = f"{jobs} one-minute loops" + (" and the Spark pipeline" if pipeline else "")
+    return (f"the Prefect server at {api_url} uses SQLite (no PREFECT_SERVER_DATABASE_CONNECTION_URL here): with "
+            f"{why} it will log 'database is locked' tracebacks and fall behind. Run it on PostgreSQL "
+            "(docs/operate.md, Server settings for many jobs), or deploy fewer jobs or --no-background.")
+
+
+async def ensure_queues(client: Any, pool: str) -> None:
+    """The pool's work queues with their priorities and limits (`QUEUES`), created or brought back in line: the
+    loops must never wait behind a Spark run."""
+    from prefect.exceptions import ObjectNotFound
+
+    for q in QUEUES:
+        try:
+            found = await client.read_work_queue_by_name(q.name, work_pool_name=pool)
+        except ObjectNotFound:
+            await client.create_work_queue(name=q.name, work_pool_name=pool, priority=q.priority,
+                                           concurrency_limit=q.concurrency, description=q.description)
+            continue
+        if (found.priority, found.concurrency_limit) != (q.priority, q.concurrency):
+            await client.update_work_queue(found.id, priority=q.priority, concurrency_limit=q.concurrency)
+
+
 def content_hash(p: Planned, pool: str) -> str:
     """Everything a deployment is made of; stored as its version, so an unchanged deployment is not rewritten
     (rewriting replaces its schedule and its scheduled runs)."""
     content = {"entrypoint": p.entrypoint, "parameters": p.parameters, "tags": p.tags, "description": p.description,
                "schedules": [schedule_yaml(sc) for sc in p.schedules], "concurrency": p.concurrency,
                "collision": COLLISION, "job_variables": p.job_variables, "pool": pool, "spec": p.version,
+               "queue": p.queue,
                "triggers": [t.model_dump(mode="json") for t in p.triggers]}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -253,7 +332,8 @@ async def _upsert(client: Any, p: Planned, pool: str, flow_id: Any, schema: dict
         concurrency_limit=p.concurrency,
         concurrency_options=None if p.concurrency is None else ConcurrencyOptions(
             collision_strategy=ConcurrencyLimitStrategy(COLLISION)),
-        parameters=p.parameters, description=p.description, work_pool_name=pool, tags=list(p.tags),
+        parameters=p.parameters, description=p.description, work_pool_name=pool, work_queue_name=p.queue,
+        tags=list(p.tags),
         entrypoint=p.entrypoint, parameter_openapi_schema=schema, enforce_parameter_schema=True,
         job_variables=p.job_variables, pull_steps=[], paused=False)
     if p.triggers:
@@ -291,6 +371,7 @@ async def apply_deployments(planned: Sequence[Planned], pool: str = DEFAULT_POOL
     failed: list[str] = []
     async with get_client() as client:
         await ensure_pool(client, pool, create_pool)
+        await ensure_queues(client, pool)
         flows = {p.flow_name: p.flow for p in planned}
         flow_ids = {name: await client.create_flow_from_name(name) for name in flows}
         schemas = {name: parameter_schema(f).model_dump(exclude_unset=True) for name, f in flows.items()}
@@ -415,8 +496,8 @@ def prefect_yaml(planned: Sequence[Planned], pool: str = DEFAULT_POOL) -> str:
     concurrency = {"limit": 1, "collision_strategy": COLLISION}
     deployments = []
     for p in planned:
-        key = yaml.safe_dump(p.job_variables, sort_keys=True)
-        work_pool = pools.setdefault(key, {"name": pool, "work_queue_name": "default",
+        key = yaml.safe_dump([p.job_variables, p.queue], sort_keys=True)
+        work_pool = pools.setdefault(key, {"name": pool, "work_queue_name": p.queue,
                                            **({"job_variables": p.job_variables} if p.job_variables else {})})
         d: dict[str, Any] = {"name": p.name, "entrypoint": p.entrypoint, "description": p.description,
                              "tags": list(p.tags), "parameters": p.parameters, "enforce_parameter_schema": True,
@@ -440,8 +521,12 @@ def prefect_yaml(planned: Sequence[Planned], pool: str = DEFAULT_POOL) -> str:
     dumper = type("Dumper", (_AnchoredDumper,), {"names": names})
     doc = {"name": "daedalus", "prefect-version": _prefect_version(), "build": None, "push": None,
            "definitions": definitions, "deployments": deployments}
+    queues = "".join(f"#   prefect work-queue create {q.name} --pool {pool} --priority {q.priority}"
+                     f"{'' if q.concurrency is None else f' --limit {q.concurrency}'}\n" for q in QUEUES)
     header = ("# Generated by `daedalus deploy FILE --prefect-yaml prefect.yaml`: one mape-k deployment per job, plus\n"
-              "# the operator, dashboard, background and pipeline flows. Apply: `prefect --no-prompt deploy --all`.\n")
+              "# the operator, dashboard, background and pipeline flows. Apply: `prefect --no-prompt deploy --all`,\n"
+              "# after creating the work queues (`daedalus deploy` does it itself), so the loops never wait behind\n"
+              f"# the pipeline:\n{queues}")
     return header + yaml.dump(doc, Dumper=dumper, sort_keys=False, allow_unicode=True, width=120)
 
 

@@ -14,17 +14,33 @@ from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
 from daedalus.models.text import utc
 from daedalus.tasks.approval import (
+    OUTCOME_STATES,
     ApprovalRequest,
     Refused,
     answer_model,
+    approval_form_markdown,
     approval_markdown,
     outcome_markdown,
     post_answer,
     post_manual_scale,
+    recorded_answer,
 )
 from daedalus.tasks.artifacts import artifact_key
 
 EXPIRY_MARGIN_S = 300  # the loop runs every minute; five of them to notice the expiry before the server does
+
+
+def resumed_at(flow_run_id: Any) -> float | None:
+    """When this run was last resumed (an operator's answer from the UI form), on the wall clock; None when it was
+    never paused and resumed. Read from the run's state history: the first state after its last Paused one."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        states = sorted(client.read_flow_run_states(flow_run_id), key=lambda st: st.timestamp)
+    paused = [i for i, st in enumerate(states) if st.is_paused()]
+    if not paused or paused[-1] + 1 >= len(states):
+        return None
+    return states[paused[-1] + 1].timestamp.timestamp()
 
 
 @flow(name="approve-scale", description="Wait for an operator to approve, reject or change a scale proposal.")
@@ -36,25 +52,34 @@ def approve_scale(request: ApprovalRequest, store_url: str = DEFAULT_URL, jobs_f
     logger = get_run_logger()
     key = artifact_key("approval", request.job)
     ctx = FlowRunContext.get()
-    resuming = bool(ctx and ctx.flow_run and ctx.flow_run.empirical_policy.resuming)
+    # Answered in the UI: when (the run's resume), not when a busy worker got round to starting it again, which
+    # may be after the deadline; the flag alone is not enough, a run restarted late may no longer carry it.
+    answered_at = None if ctx is None or ctx.flow_run is None else resumed_at(ctx.flow_run.id)
+    resuming = answered_at is not None or bool(ctx and ctx.flow_run and ctx.flow_run.empirical_policy.resuming)
     timeout = math.ceil(request.expires - WALL.now())
+    answered = None if resuming else recorded_answer(store_url, request.job, request.proposal)
+    if answered is not None:  # answered with `daedalus approve|reject` before this run got to wait for it
+        outcome, what = answered
+        create_markdown_artifact(key=key, markdown=outcome_markdown(request, what),
+                                 description=f"Proposal {request.proposal}: {outcome}")
+        return Completed(name=OUTCOME_STATES[outcome], message=what)
     if timeout <= 0 and not resuming:
         outcome = f"Expired before an operator could answer ({utc(request.expires)}): nothing was done."
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, outcome),
                                  description=f"Proposal {request.proposal}: expired")
         return Completed(name="Expired", message=outcome)  # a normal outcome, not a failure
-    form = answer_model(request).with_initial_data(description=approval_markdown(request))
+    form = answer_model(request).with_initial_data(description=approval_form_markdown(request))
     if not resuming:
         create_markdown_artifact(key=key, markdown=approval_markdown(request),
                                  description=f"Proposal {request.proposal}: awaiting an operator")
-    # The job's loop closes an unanswered run as Expired at `expires`; the server's own timeout, a little later,
-    # is only the backstop for a loop that stopped running.
-    answer = suspend_flow_run(wait_for_input=form, timeout=timeout + EXPIRY_MARGIN_S,
+    # The job's loop closes an unanswered run as Expired at `expires` (plus its grace for answers on their way); the
+    # server's own timeout, a little later, is only the backstop for a loop that stopped running.
+    answer = suspend_flow_run(wait_for_input=form, timeout=max(timeout, 1) + EXPIRY_MARGIN_S,
                               key=f"approval-{request.proposal}")
     spec = load_jobs(jobs_file).job(request.job)
     try:
         result = post_answer(spec, request.proposal, answer.decision, answer.scaleout, answer.operator,
-                             answer.reason, store_url)
+                             answer.reason, store_url, given=answered_at, late_ok=True)
     except Refused as exc:
         create_markdown_artifact(key=key, markdown=outcome_markdown(request, f"**Refused**: {exc}"),
                                  description=f"Proposal {request.proposal}: refused")

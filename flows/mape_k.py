@@ -95,7 +95,7 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
                      type(exc).__name__, exc)
     if it.closed and jobs_file is not None:
         try:
-            close_approval_runs(it.closed)
+            close_approval_runs(it.closed, knowledge)
         except Exception as exc:  # the server's own timeout still ends them
             logger.warning("%s: could not close the approval runs of %s (%s: %s)", job,
                            ", ".join(p for p, _ in it.closed), type(exc).__name__, exc)

@@ -103,10 +103,10 @@ class Knowledge:
         entry.history.append((at, text))
 
     def move(self, entry: LedgerEntry, state: ActionState, wall: float, at: float, text: str,
-             by: str | None = None) -> None:
+             by: str | None = None, why: str = "") -> None:
         """Move an entry to `state`: an event at the wall-clock time `wall` (done by the operator `by`, None: by the
-        loop), and `text` in its history at `at`."""
-        entry.mark(state, wall, by)
+        loop, for the reason `why`), and `text` in its history at `at`."""
+        entry.mark(state, wall, by, why)
         self.note(entry, at, text)
 
     def intend(self, entry: LedgerEntry, at: float, text: str) -> None:

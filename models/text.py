@@ -79,3 +79,13 @@ def duration(seconds: float | None, *, unknown: str = UNKNOWN) -> str:
         return f"{sign}{m} min" + (f" {rest} s" if rest else "")
     h, rest = divmod(round(s / 60), 60)
     return f"{sign}{h} h" + (f" {rest} min" if rest else "")
+
+
+def numbered(reasons: tuple[str, ...] | list[str]) -> list[str]:
+    """Reasons as numbered Markdown paragraphs (`**1.** …`), not a list: the Prefect UI draws an ordered list's
+    numbers outside its box, where an artifact's page clips them at the left edge.
+
+    >>> numbered(["a", "b"])
+    ['**1.** a', '', '**2.** b']
+    """
+    return [line for i, r in enumerate(reasons, start=1) for line in (f"**{i}.** {r}", "")][:-1]

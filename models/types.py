@@ -201,9 +201,11 @@ class LedgerEntry:
         """When its newest event happened (wall clock): an approved action executes minutes after it was decided."""
         return self.events[-1][0] if self.events else self.shown_time
 
-    def mark(self, state: ActionState, wall: float, by: str | None = None) -> None:
-        """Move to `state` at the wall-clock time `wall`, done by the operator `by` (None: by the loop)."""
+    def mark(self, state: ActionState, wall: float, by: str | None = None, why: str = "") -> None:
+        """Move to `state` at the wall-clock time `wall`, done by the operator `by` (None: by the loop) for the
+        reason `why`: the ledger keeps who answered and why, not only that someone did."""
         self.state = state
         if by is not None:
             self.operator = by
-        self.events.append((wall, state if by is None else f"{state} by {by}"))
+        label = state if by is None else f"{state} by {by}"
+        self.events.append((wall, f"{label}: {why}" if why else label))

@@ -424,8 +424,11 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
 
 
 def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = None,
-               stop_timeout_s: float | None = None) -> int:
+               stop_timeout_s: float | None = None, queues: tuple[str, ...] = ()) -> int:
     """`daedalus worker`: the preloaded process plus `prefect worker start --pool POOL`, stopped together.
+
+    `queues` limits it to those work queues of the pool (all of them when empty): `--queue pipeline` on another
+    machine serves the Spark pipeline there, `--queue default` keeps the loops' worker to the loops.
 
     `limit` caps the flow runs in flight: a worker that starts after an outage does not start every overdue
     run at once (SQLite would lock up under the burst); the rest start as slots free up.
@@ -438,9 +441,17 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
     the timeout is killed. Returns 0 after such a stop, else the Prefect worker's own exit code (the runs are
     stopped the same way then).
     """
+    import shutil
     import tempfile
 
+    from daedalus.runtime.worker_logging import SETTINGS_ENV, write_worker_logging
+
     stop_timeout_s = stop_timeout() if stop_timeout_s is None else stop_timeout_s
+    # Prefect's logging with a failed websocket keepalive told in one line (runtime/worker_logging.py), for the
+    # worker and, through the environment the runs inherit, for every flow run; a configuration of your own wins.
+    log_folder = tempfile.mkdtemp(prefix="daedalus-worker-logging-")
+    env = dict(os.environ)
+    env.setdefault(SETTINGS_ENV, str(write_worker_logging(Path(log_folder))))
     grace_s = max(stop_timeout_s - CANCEL_S - TEARDOWN_S, 0.0)
     name = f"daedalus-{socket.gethostname()}-{os.getpid()}"  # the Prefect worker's: its claims are logged by it
     folder = None
@@ -466,14 +477,15 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
     try:
         zygote = subprocess.Popen([sys.executable, "-m", "daedalus.runtime.prefork", "serve", str(socket_path),
                                    str(grace_s), str(parent_fd), pool, name], pass_fds=(parent_fd,),
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+                                  stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         os.close(parent_fd)
         _wait_until(lambda: socket_path.exists() or zygote.poll() is not None or bool(asked), 60.0)
         if not asked:
-            env = {**os.environ, SOCKET_ENV: str(socket_path)}
             worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
-                                       "process", "--name", name, *(["--limit", str(limit)] if limit else [])],
-                                      env=env, start_new_session=True, preexec_fn=_interrupt_when_orphaned())
+                                       "process", "--name", name, *(["--limit", str(limit)] if limit else []),
+                                       *(arg for q in queues for arg in ("--work-queue", q))],
+                                      env={**env, SOCKET_ENV: str(socket_path)}, start_new_session=True,
+                                      preexec_fn=_interrupt_when_orphaned())
             if os.environ.get("PREFECT_API_URL"):  # runs another worker claimed and never started (runtime/pending.py)
                 from daedalus.runtime.pending import start_reaper
 
@@ -500,6 +512,7 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
             if proc is not None:
                 _kill_session(proc)
         marker.unlink(missing_ok=True)
+        shutil.rmtree(log_folder, ignore_errors=True)
         if folder is not None:
             socket_path.unlink(missing_ok=True)
             os.rmdir(folder)

@@ -2,9 +2,11 @@
 
 The loop never blocks on an operator. In `approve` mode it records a proposal (models/loop/execute.py) and starts an
 `approve-scale` flow run, which suspends itself waiting for an answer from the Prefect UI (a form with the job's
-limits) or from `daedalus approve|reject`. The answer is checked against the job's knowledge (read, never
-written) and posted to the job's inbox; the loop's next run applies it (models/loop/messages.py checks again).
-An unanswered proposal expires: the suspended run times out and the loop drops the proposal, nothing happens.
+limits). `daedalus approve|reject` does not go through that run: it posts the answer to the job's inbox itself,
+dated when it was given, so the answer is durable before the command returns and needs no worker. Either way the
+answer is checked against the job's knowledge (read, never written); the loop's next run applies it
+(models/loop/messages.py checks again) and closes the approval run with its outcome. An unanswered proposal expires:
+the loop drops it and closes its run, nothing happens.
 `scale-job` posts a manual action the same way, refused outside the job's limits. The flows are in
 flows/approval.py; the kill switch is the job store's (connectors/store.py), the blackout windows are in
 connectors/switches.py.
@@ -15,18 +17,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
-from prefect import get_run_logger
-from prefect.input import RunInput
 from pydantic import BaseModel, Field, create_model
 
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import Store
 from daedalus.models.errors import DaedalusError
-from daedalus.models.loop.messages import check_scaleout
-from daedalus.models.text import capacity_source, duration, utc
+from daedalus.models.loop.messages import ANSWER_GRACE_S, check_scaleout
+from daedalus.models.text import capacity_source, duration, numbered, utc
 
 if TYPE_CHECKING:
+    from prefect.input import RunInput
+
     from daedalus.models.knowledge import Knowledge
     from daedalus.models.loop.iteration import Iteration
 
@@ -101,7 +103,7 @@ def approval_markdown(r: ApprovalRequest) -> str:
         f"| consumer lag (tuples) | {r.lag:,.0f} | |",
         "",
         "## Why now",
-        *(f"1. {reason}" for reason in r.reasons or ["(no reason recorded)"]),
+        *numbered(r.reasons or ["(no reason recorded)"]),
         "",
         "## Capacity per scale-out",
         "| scale-out | capacity (tuples/s) | source | predicted recovery (s) |",
@@ -116,17 +118,48 @@ def approval_markdown(r: ApprovalRequest) -> str:
     return "\n".join(lines)
 
 
+def approval_form_markdown(r: ApprovalRequest) -> str:
+    """The proposal as the UI's resume form shows it above its fields: the same facts as the approval page, in
+    four short paragraphs. The form is a narrow dialog (about 450 px at a 1,400 × 1,000 px window) that shrinks its
+    description to the height its fields leave (about 440 px) and scrolls it inside the dialog beyond that, draws a
+    Markdown table in a scroll box of its own and a heading as large as its title: no heading, no table, no list."""
+    direction = "scale out" if r.proposed > r.current else "scale in"
+    ahead = "" if not r.forecast_horizon_s else f" over the next {duration(r.forecast_horizon_s)}"
+    loads: list[float | None] = list(r.observed_load) or [None] * len(r.capacities)
+    recovery = "n/a" if r.predicted_recovery_s is None else duration(r.predicted_recovery_s)
+    steps = []
+    for i, (c, obs, rt, load) in enumerate(zip(r.capacities, r.observed, r.recovery_times, loads, strict=True),
+                                           start=1):
+        seen = f", {capacity_source(obs, load)}" if obs else ""
+        step = f"{i}: {c:,.0f}{seen}, {'never' if rt is None else duration(rt)}"
+        steps.append(f"**{step} ← now**" if i == r.current else f"**{step} ← proposed**" if i == r.proposed else step)
+    why = " ".join(f"**{n}.** {reason}" for n, reason in enumerate(r.reasons or ["(no reason recorded)"], start=1))
+    return "\n\n".join([
+        f"**{r.job}: {direction} {r.current} → {r.proposed}?** Proposal `{r.proposal}` expires at {utc(r.expires)}; "
+        "unanswered, nothing happens.",
+        f"Capacity {r.capacities[r.current - 1]:,.0f} tuples/s at {r.current}, **{r.capacities[r.proposed - 1]:,.0f}** "
+        f"at {r.proposed}; workload {r.avg_workload:,.0f}, forecast peak {r.forecast_peak:,.0f}{ahead} "
+        f"({r.forecast_method}); recovery at {r.proposed}: {recovery}.",
+        f"**Why now:** {why}",
+        "**Capacity per scale-out** (tuples/s, predicted recovery): " + " · ".join(steps),
+    ])
+
+
 def answer_model(r: ApprovalRequest) -> type[RunInput]:
     """The form the UI shows: limits from the jobs file, so the server itself refuses a scale-out outside."""
+    from prefect.input import RunInput
+
     return create_model(
         "ScaleApproval",
         __base__=RunInput,
-        decision=(Literal["approve", "reject"], Field("approve", description="approve or reject the proposal")),
-        scaleout=(int, Field(r.proposed, ge=r.min_scaleout, le=r.max_scaleout,
-                                description=f"scale-out to apply when approving, within "
-                                            f"[{r.min_scaleout}, {r.max_scaleout}]")),
-        operator=(str, Field("prefect-ui", description="who answers; recorded in the ledger")),
-        reason=(str, Field("", description="why; recorded in the ledger")),
+        # No descriptions under the fields: each line they take is a line less for the proposal above them (the
+        # dialog shrinks its description to what the fields leave). The limits stay in the schema.
+        decision=(Literal["approve", "reject"], Field("approve")),
+        scaleout=(int, Field(r.proposed, ge=r.min_scaleout, le=r.max_scaleout)),
+        # Prefect's open-source UI has no logged-in user to default to: the operator names themself, or the
+        # server refuses the form (a default such as "prefect-ui" would put nobody in the ledger).
+        operator=(str, Field(min_length=1)),
+        reason=(str, Field("")),
     )
 
 
@@ -146,48 +179,86 @@ def job_now(spec: JobSpec, store_url: str) -> float:
         return WALL.now()
 
 
-def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str) -> int | None:
-    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply."""
+def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
+                 given: float | None = None) -> int | None:
+    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply (see
+    `checked_answer`)."""
+    return checked_answer(spec, proposal, decision, scaleout, store_url, given)[0]
+
+
+def checked_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
+                   given: float | None = None, late_ok: bool = False) -> tuple[int | None, float]:
+    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply and the
+    proposal's deadline.
+
+    `given` (default now) is when the operator answered, on the wall clock: the deadline is judged then, not when
+    the answer gets here. One that would land later than half the loop's grace past the deadline is refused too,
+    as too late to be sure the loop sees it before it expires the proposal."""
     job = spec.name
+    given = WALL.now() if given is None else given
     if decision == "approve" and scaleout is not None:
         refusal = check_scaleout(spec.loop_config(), scaleout)
         if refusal:
             raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.scaleout.min}, "
                           f"max {spec.scaleout.max} in the jobs file)")
-    store = Store(store_url).job(job)
-    k = store.load().knowledge
-    if k is None:
-        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
-    for _, msg in store.pending():
+    for _, msg in Store(store_url).job(job).pending():
         if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
             raise Refused(f"proposal {proposal} was already answered ({msg.kind} by "
                           f"{msg.body.get('operator', '?')}); the loop applies it at its next run")
+    expires, proposed = pending_proposal(store_url, job, proposal)
+    if given >= expires:
+        raise Refused(f"proposal {proposal} expired at {utc(expires)}, before the answer given at "
+                      f"{utc(given)}: nothing was done")
+    if not late_ok and WALL.now() >= expires + ANSWER_GRACE_S / 2:
+        raise Refused(f"the answer to {proposal}, given at {utc(given)}, arrived at {utc(WALL.now())}: too late to "
+                      f"record before the loop expires the proposal (deadline {utc(expires)}); nothing was done")
+    return (scaleout if scaleout is not None else proposed), expires
+
+
+def pending_proposal(store_url: str, job: str, proposal: str) -> tuple[float, int]:
+    """(deadline, proposed scale-out) of the job's pending proposal `proposal`; Refused, saying what became of it,
+    when it is not pending.
+
+    From the status the job's last loop wrote, when that status describes the newest stored knowledge version:
+    loading the knowledge unpickles its forecaster (statsmodels, a second of CPU that an operator on a busy machine
+    waits for), the status is a small JSON file. Otherwise, and for a refusal's message, from the knowledge."""
+    store = Store(store_url).job(job)
+    status = store.status() or {}
+    p = status.get("pending")
+    if p and p.get("id") == proposal and status.get("knowledge_version") is not None:
+        versions = store.versions()
+        if versions and versions[-1] == status["knowledge_version"]:
+            return float(p["expires"]), int(p["to"])
+    k = store.load().knowledge
+    if k is None:
+        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
     if k.pending is None or k.pending.id != proposal:
         entry = k.entry(proposal)
         if entry is None:
             raise Refused(f"job {job!r} has no proposal {proposal}")
         raise Refused(f"proposal {proposal} is no longer pending: it was {entry.state}")
-    if WALL.now() >= k.pending.expires:
-        raise Refused(f"proposal {proposal} expired at {utc(k.pending.expires)}: nothing was done")
-    return scaleout if scaleout is not None else k.pending.target
+    return k.pending.expires, k.pending.target
 
 
 def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
-                store_url: str) -> dict[str, Any]:
-    """Check, then post the answer to the job's inbox for its loop to apply."""
-    target = check_answer(spec, proposal, decision, scaleout, store_url)
-    body: dict[str, Any] = {"proposal": proposal, "operator": operator, "wall": WALL.now()}  # when it was answered
+                store_url: str, given: float | None = None, late_ok: bool = False) -> dict[str, Any]:
+    """Check, then post the answer to the job's inbox for its loop to apply: once this returns the answer is on
+    disk, dated `given` (default now), with who and why, for the ledger. `late_ok`: an answer given in time that
+    reaches the store after the loop's grace (a UI answer whose run a busy worker resumed late) is still posted
+    while the proposal is pending, rather than refused; the loop applies it if it has not expired the proposal."""
+    given = WALL.now() if given is None else given
+    target, expires = checked_answer(spec, proposal, decision, scaleout, store_url, given, late_ok)
+    body: dict[str, Any] = {"proposal": proposal, "operator": operator, "reason": reason, "wall": given}
     if decision == "approve":
         body["scaleout"] = target
-    else:
-        body["reason"] = reason
     msg = Store(store_url).job(spec.name).post(decision, body, now=job_now(spec, store_url))
     return {"job": spec.name, "proposal": proposal, "decision": decision, "scaleout": body.get("scaleout"),
-            "operator": operator, "message": msg.id}
+            "operator": operator, "reason": reason, "message": msg.id, "given": given, "expires": expires}
 
 
 def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> str | None:
     """Start the `approve-scale` run for a new proposal (deployed runs only); returns its flow run id."""
+    from prefect import get_run_logger
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
 
@@ -210,17 +281,49 @@ def outcome_markdown(r: ApprovalRequest, outcome: str) -> str:
     return f"# {r.job}: proposal `{r.proposal}` ({r.current} → {r.proposed})\n\n{outcome}\n"
 
 
-OUTCOME_STATES = {"expired": "Expired", "superseded": "Superseded"}
+OUTCOME_STATES = {"expired": "Expired", "superseded": "Superseded", "approved": "Approved", "rejected": "Rejected"}
 
 
-def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> None:
-    """Finish the waiting `approve-scale` run of each proposal that expired or was superseded, as a Completed run
-    named for its outcome: an unanswered proposal is a normal outcome, not a failure."""
+def _outcome(proposal: str, outcome: str, knowledge: Knowledge | None) -> str:
+    """What became of a proposal, in the words of its ledger: who answered and why, or that nothing was done."""
+    entry = None if knowledge is None else knowledge.entry(proposal)
+    if outcome in ("approved", "rejected") and entry is not None and entry.events:
+        return f"proposal {proposal} {entry.events[-1][1]} (recorded in the job's ledger)"
+    return f"proposal {proposal} {outcome}: nothing was done"
+
+
+def recorded_answer(store_url: str, job: str, proposal: str) -> tuple[str, str] | None:
+    """(outcome, what) of an answer to `proposal` recorded outside its approval run — `daedalus approve|reject`
+    writes to the job's inbox, and the loop then to its ledger — or None. An approval run that starts late (a busy
+    worker) must report that answer, not "expired before an operator could answer"."""
+    for _, msg in Store(store_url).job(job).pending():
+        if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
+            when = f", given at {utc(float(msg.body['wall']))}" if msg.body.get("wall") else ""
+            return ("approved" if msg.kind == "approve" else "rejected",
+                    f"{msg.describe()}{when}: the job's loop applies it at its next run")
+    k = Store(store_url).job(job).load().knowledge
+    entry = None if k is None else k.entry(proposal)
+    for _, label in reversed(entry.events if entry is not None else []):
+        if label.startswith(("approved", "rejected")):
+            return ("approved" if label.startswith("approved") else "rejected",
+                    f"proposal {proposal} {label} (recorded in the job's ledger)")
+    return None
+
+
+def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], ...],
+                        knowledge: Knowledge | None = None) -> None:
+    """Finish the waiting `approve-scale` run of each proposal that was answered outside it (`daedalus approve`),
+    expired or was superseded, as a Completed run named for its outcome, with the outcome on the job's approval
+    page: an unanswered proposal is a normal outcome, not a failure."""
     if not closed:
         return
+    from prefect import get_run_logger
+    from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
     from prefect.states import Completed
+
+    from daedalus.tasks.artifacts import artifact_key
 
     logger = get_run_logger()
     with get_client(sync_client=True) as client:
@@ -229,19 +332,26 @@ def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], .
             for run in client.read_flow_runs(flow_run_filter=tagged):
                 if run.state is not None and run.state.is_final():
                     continue
-                client.set_flow_run_state(run.id, Completed(name=OUTCOME_STATES[outcome],
-                                                            message=f"proposal {proposal} {outcome}: nothing was done"),
+                message = _outcome(proposal, outcome, knowledge)
+                client.set_flow_run_state(run.id, Completed(name=OUTCOME_STATES[outcome], message=message),
                                           force=True)
                 logger.info("approval run %s of proposal %s closed: %s", run.id, proposal, outcome)
+                if knowledge is not None and outcome in ("approved", "rejected"):
+                    create_markdown_artifact(key=artifact_key("approval", knowledge.job),
+                                             markdown=f"# {knowledge.job}: proposal `{proposal}`\n\n{message}\n",
+                                             description=f"Proposal {proposal}: {outcome}")
 
 
-def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str) -> str:
-    """Refuse a manual action outside the job's limits, else post it to the job's inbox."""
+def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str,
+                      given: float | None = None) -> str:
+    """Refuse a manual action outside the job's limits, else post it to the job's inbox, dated `given` (default
+    now: when it was asked)."""
     refusal = check_scaleout(spec.loop_config(), scaleout)
     if refusal:
         raise Refused(f"manual scale of {spec.name!r} refused: {refusal} (min {spec.scaleout.min}, "
                       f"max {spec.scaleout.max} in the jobs file)")
     if not reason.strip():
         raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
-    body = {"scaleout": scaleout, "reason": reason, "operator": operator, "wall": WALL.now()}  # when it was asked
+    body = {"scaleout": scaleout, "reason": reason, "operator": operator,
+            "wall": WALL.now() if given is None else given}
     return Store(store_url).job(spec.name).post("scale", body, now=job_now(spec, store_url)).id

@@ -11,7 +11,7 @@ import re
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from daedalus.models.text import capacity_source, duration, number, percent
+from daedalus.models.text import capacity_source, duration, number, numbered, percent
 from daedalus.models.types import Analysis, Decision, Forecast, ScalingAction
 
 HEADS = {"hold": "Hold", "no-change": "No change", "scale-out": "Scale out", "scale-in": "Scale in"}
@@ -64,7 +64,7 @@ def decision_markdown(job: str, a: Analysis, d: Decision, action: ScalingAction 
     lines += [f"- {line}" for line in verification or ()]  # the bottleneck and the ceiling, where there are
     if version is not None:
         lines.append(f"- knowledge version {version}")
-    lines += ["", "## Reasons", *(f"1. {r}" for r in d.reasons or ("(none)",))]
+    lines += ["", "## Reasons", *numbered(d.reasons or ("(none)",))]
     return "\n".join(lines)
 
 
@@ -81,10 +81,9 @@ def decision_artifacts(job: str, a: Analysis, d: Decision, action: ScalingAction
     create_markdown_artifact(key=artifact_key("decision", job),
                              markdown=decision_markdown(job, a, d, action, version, verification),
                              description=f"{job}: the loop's last decision, {HEADS[d.kind].lower()} {d.current} → "
-                                         f"{d.target}, with every reason and what was done")
+                                         f"{d.target}")
     if news:
         create_table_artifact(key=artifact_key("capacity", job), table=capacity_rows(a, d.target),
-                              description=f"{job}: capacity (tuples/s) and predicted recovery time at every "
-                                          f"scale-out; now {a.scaleout}, recommended {d.target}")
+                              description=f"{job}: capacity (tuples/s) and recovery per scale-out")
         create_markdown_artifact(key=artifact_key("forecast", job), markdown=forecast_markdown(job, a),
-                                 description=f"{job}: how the workload forecast is made and how good it was")
+                                 description=f"{job}: how the workload forecast is made")

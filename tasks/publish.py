@@ -45,18 +45,18 @@ def publish(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, sto
         wall - float(previous.get("news_wall") or 0.0) >= NEWS_EVERY_S
     decision_artifacts(job, it.analysis, it.decision, it.action, version, news, verification_lines(knowledge))
     record = {**status_record(it, knowledge, mode, stop, wall),
-              "news_wall": wall if news else previous.get("news_wall")}
+              "news_wall": wall if news else previous.get("news_wall"),
+              # which stored knowledge this status describes: `daedalus approve` trusts its pending proposal
+              # only while no newer version exists (tasks/approval.py pending_proposal)
+              "knowledge_version": version}
     history = record_forecast(store.read_json(FORECASTS), it.analysis.forecast)
     store.write_json(FORECASTS, history)
     store.write_json(STATUS, record)
     if record["ledger"] and record["ledger"] != previous.get("ledger"):
         create_markdown_artifact(key=artifact_key("ledger", job), markdown=ledger_markdown(job, ledger_rows(knowledge)),
-                                 description=f"{job}: the scaling ledger, newest first: every rescale decided, "
-                                             "proposed or taken, what became of it and who answered it, predicted "
-                                             "against observed recovery")
+                                 description=f"{job}: the scaling ledger, newest first")
     if news:
         png, w = forecast_png(job, knowledge, history, it.analysis.forecast)
         create_markdown_artifact(key=artifact_key("forecast-plot", job),
                                  markdown=forecast_plot_markdown(job, png, w, it.analysis.forecast),
-                                 description=f"{job}: the workload that arrived against what each loop forecast, "
-                                             "and the forecast's error (WAPE) per loop")
+                                 description=f"{job}: the workload that arrived against the forecast")

@@ -16,7 +16,7 @@ from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.analyze import analyze
 from daedalus.models.loop.execute import Journal, execute, reconcile
-from daedalus.models.loop.messages import ControlMessage, apply_messages, hold, start_hold
+from daedalus.models.loop.messages import ANSWER_GRACE_S, ControlMessage, apply_messages, hold, start_hold
 from daedalus.models.loop.monitor import agree, monitor, observe_or_hold
 from daedalus.models.loop.plan import plan
 from daedalus.models.loop.verify import expect, verify
@@ -64,13 +64,14 @@ class Iteration:
 
 def expire_proposal(knowledge: Knowledge, now: float, wall_now: float) -> str | None:
     """An unanswered proposal expires at its wall-clock deadline: nothing happens, and the loop may propose
-    again. Returns the id of the proposal that expired."""
+    again. The loop waits `ANSWER_GRACE_S` past the deadline for answers given before it to land in the inbox; the
+    ledger dates the expiry at the deadline itself. Returns the id of the proposal that expired."""
     p = knowledge.pending
-    if p is None or wall_now < p.expires:
+    if p is None or wall_now < p.expires + ANSWER_GRACE_S:
         return None
     entry = knowledge.entry(p.id)
     if entry is not None:
-        knowledge.move(entry, "expired", wall_now, now, f"expired unanswered at {utc(p.expires)}: nothing was done")
+        knowledge.move(entry, "expired", p.expires, now, f"expired unanswered at {utc(p.expires)}: nothing was done")
     knowledge.pending = None
     return p.id
 
@@ -97,8 +98,9 @@ def iterate(target: Target, knowledge: Knowledge, phases: Phases = PLAIN,
                           call=phases.monitor)
     obs = agree(obs, reported)
     settled = reconcile(knowledge, reported, now, wall_now)
-    expired = expire_proposal(knowledge, now, wall_now)
+    # The answers first: one given before the deadline counts even when this run starts after it.
     applied = apply_messages(knowledge, messages or [], cfg, obs.scaleout, now, wall_now)
+    expired = expire_proposal(knowledge, now, wall_now)
     started = time.perf_counter()
     a = phases.analyze(cfg, obs, knowledge, now)
     checked = verify(cfg, obs, a, knowledge, now)

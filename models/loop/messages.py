@@ -8,7 +8,7 @@ what the loop must do now (an approved or manual scale action) plus a line per m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from daedalus.models.config import LoopConfig
@@ -22,18 +22,26 @@ KINDS: tuple[str, ...] = ("approve", "reject", "scale", "pause", "resume", "quar
                           "forecaster")
 
 
+# How long past a proposal's deadline the loop still waits before expiring it: an answer given before the deadline
+# (dated at the command's start) takes a moment to land in the inbox, and the run that reads the inbox may already
+# have begun. `daedalus approve|reject` refuses to post later than half of it past the deadline, so an answer it
+# reports recorded is always seen by the loop before the loop may expire the proposal.
+ANSWER_GRACE_S = 30.0
+
+
 @dataclass(frozen=True)
 class ControlMessage:
     """One instruction for a job's loop. `body` depends on the kind:
 
-    approve: proposal, scaleout (optional override), operator, wall · reject: proposal, operator, reason, wall ·
+    approve: proposal, scaleout (optional override), operator, reason, wall · reject: proposal, operator, reason, wall ·
     scale: scaleout, reason, operator, wall · pause/resume (resume also lifts a manual scale's hold): operator,
     reason · quarantine: reason ·
     release: operator, reason (none when a later validation passed) ·
     recovered: decision, observed_recovery_s, downtime_s (optional) · forecaster: state (Forecaster.to_state())
 
     `wall` is when the operator answered or asked (the wall clock): the ledger dates the event then, not when the
-    loop got to it, up to a minute later (without it, the loop's time).
+    loop got to it, up to a minute later (without it, the loop's time). An answer dated before its proposal's
+    deadline is honoured even when the run that applies it starts after the deadline.
     """
 
     id: str
@@ -53,7 +61,7 @@ class ControlMessage:
         why = f": {b['reason']}" if b.get("reason") else ""
         if self.kind == "approve":
             at = f" at scale-out {b['scaleout']}" if b.get("scaleout") else ""
-            return f"approve {b.get('proposal')}{at}{by}"
+            return f"approve {b.get('proposal')}{at}{by}{why}"
         if self.kind == "reject":
             return f"reject {b.get('proposal')}{by}{why}"
         if self.kind == "scale":
@@ -83,6 +91,8 @@ def _supersede(k: Knowledge, out: Applied, by: str, now: float, wall_now: float)
         if entry is not None and entry.state in ("approved", "decided"):
             k.move(entry, "superseded", wall_now, now, f"superseded by {by} before it was executed")
             out.notes.append(f"approved {earlier.id} superseded by {by}")
+            # Its approval run closes as what became of it, not as approved.
+            out.closed = [(pid, "superseded" if pid == earlier.id else what) for pid, what in out.closed]
     p = k.pending
     if p is not None:
         entry = k.entry(p.id)
@@ -119,15 +129,17 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if p is None or p.id != b.get("proposal"):
                 out.notes.append(f"{msg.kind} of {b.get('proposal')} ignored: no such pending proposal")
                 continue
-            entry = k.entry(p.id)
+            entry, why = k.entry(p.id), str(b.get("reason") or "")
+            if asked >= p.expires:  # judged by when it was given, not by when this run got to it
+                out.notes.append(f"{msg.kind} of {p.id} by {who} ignored: given at {utc(asked)}, after it expired "
+                                 f"at {utc(p.expires)}")
+                continue
             if msg.kind == "reject":
                 if entry is not None:
-                    k.move(entry, "rejected", asked, now, f"rejected by {who}: {b.get('reason', '')}".rstrip(": "), who)
+                    k.move(entry, "rejected", asked, now, f"rejected by {who}: {why}".rstrip(": "), who, why)
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
-                continue
-            if wall_now >= p.expires:
-                out.notes.append(f"approval of {p.id} ignored: it expired at {utc(p.expires)}")
+                out.closed.append((p.id, "rejected"))
                 continue
             target = int(b.get("scaleout") or p.target)
             refusal = check_scaleout(cfg, target)
@@ -136,10 +148,12 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             if entry is not None:
                 entry.target = target
-                k.move(entry, "approved", asked, now, f"approved by {who} at {target}", who)
+                k.move(entry, "approved", asked, now, f"approved by {who} at {target}", who, why)
             k.pending = None
+            out.closed.append((p.id, "approved"))
             _end_hold(k, wall_now)  # the operator took the loop's plan: the loop decides again
-            out.decision, out.manual = _operator_decision(k, msg, current, target, f"approved by {who}"), False
+            out.decision, out.manual = _operator_decision(
+                k, msg, current, target, f"approved by {who}: {why}" if why else f"approved by {who}"), False
             out.notes.append(f"proposal {p.id} approved by {who}: {current} → {target}")
         elif msg.kind == "scale":
             target = int(b["scaleout"])
@@ -147,7 +161,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
             if refusal:
                 out.notes.append(f"manual scale refused: {refusal}")
                 continue
-            _supersede(k, out, f"a manual scale to {target} by {who}", now, wall_now)
+            _supersede(k, out, f"a manual scale to {target} by {who}", now, asked)  # dated when it was asked
             out.decision, out.manual = _operator_decision(
                 k, msg, current, target, f"manual scale by {who}: {b.get('reason') or 'no reason given'}"), True
             if out.decision.changes:
@@ -216,9 +230,9 @@ def _end_hold(k: Knowledge, wall_now: float) -> None:
 
 
 def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float) -> tuple[Decision, str | None]:
-    """The plan's decision while an operator's manual scale holds: a hold that names the operator and its end, with
-    the plan's choice among its reasons. Once the hold is over it ends here, with a note (returned) and in the
-    ledger."""
+    """The plan's decision while an operator's manual scale holds: a hold (even when the plan wanted no change) that
+    names the operator and its end, with the plan's choice, not taken, among its reasons. Once the hold is over it
+    ends here, with a note (returned) and in the ledger."""
     o = k.override
     if o is None:
         return d, None
@@ -230,7 +244,6 @@ def hold(cfg: LoopConfig, k: Knowledge, d: Decision, now: float, wall_now: float
         return d, f"the hold of {o.operator}'s manual scale to {o.scaleout} ended: the loop plans again"
     why = (f"held at {o.scaleout}: {o.operator} scaled by hand, so the loop takes no action of its own until "
            f"{utc(o.until)} (manual_hold {duration(cfg.manual_hold)})")
-    if not d.changes:
-        return replace(d, reasons=(why, *d.reasons)), None
+    # A hold whatever the plan wanted, its choice named as not taken: "no change" would hide that the loop is held.
     plan = f"the plan, not taken: {d.kind} {d.current} → {d.target}"
     return Decision(d.id, d.time, "hold", d.current, d.current, (why, plan, *d.reasons)), None

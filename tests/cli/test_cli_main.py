@@ -20,8 +20,8 @@ def test_every_command_and_group_is_there():
                                     "bench", "exporter", "step", "release", "config", "fleet", "explain"])
     assert found["jobs"] == ["check"]
     assert found["fleet"] == ["down", "status", "up"]
-    assert found["bench"] == sorted(["monitor", "deploy", "schedule", "retrain", "validate", "policies", "cv", "loop",
-                                     "backtest", "forecast", "capacity", "flink", "fleet", "chaos"])
+    assert found["bench"] == sorted(["monitor", "deploy", "schedule", "operate", "retrain", "validate", "policies",
+                                     "cv", "loop", "backtest", "forecast", "capacity", "flink", "fleet", "chaos"])
 
 
 def options(command) -> set[str]:

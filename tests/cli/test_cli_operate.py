@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -113,25 +114,47 @@ def test_status_of_one_job_as_json_gives_values_with_dated_events(fleet, jobs_fi
                                  "reasons": ["C_4 below the forecast peak"]}
 
 
-def test_approve_and_reject_without_a_prefect_api_say_so_and_how_to_set_it(fleet, jobs_file, store_url):
-    # Issue 14 item 4: they said "no approval run found" when the API was unset.
-    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
-    for command in ("approve", "reject"):
-        result = run(command, pid)
-        assert result.exit_code == 1
-        text = flat(result.output)
-        assert "no Prefect API configured: set PREFECT_API_URL" in text and "no approval run" not in text
+def test_an_answer_is_recorded_without_any_prefect_api(monkeypatch, fleet, jobs_file, store_url):
+    # Issue 36: an answer waited on the approval run (86 s under load) and was lost when that run started late. It
+    # is recorded in the job's inbox before the command returns, dated when it was given: no API, no worker needed.
+    from tests.cli.test_cli_observe import closed_port
+
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")  # nothing answers there
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time())
+    before = time.time()
+    result = run("reject", k.pending.id, "--reason", "peak ahead", "--operator", "bob")
+    assert result.exit_code == 0, result.output
+    (_, msg), = Store(store_url).job("ads").pending()
+    assert (msg.kind, msg.body["operator"], msg.body["reason"]) == ("reject", "bob", "peak ahead")
+    assert before <= msg.body["wall"] <= time.time()  # the command's start: the ledger dates the rejection then
+    text = flat(result.output)
+    assert f"rejected {k.pending.id} by bob (given " in text and "recorded in the inbox of ads" in text
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["expires"] == datetime.fromtimestamp(k.pending.expires, UTC).isoformat(timespec="seconds")
+
+
+def test_an_answer_given_after_the_deadline_is_refused_and_says_when(fleet, jobs_file, store_url):
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time() - 601)  # expired a second ago
+    result = run("approve", k.pending.id)
+    assert result.exit_code == 1
+    assert f"proposal {k.pending.id} expired at" in flat(result.output) and "before the answer given at" in \
+        flat(result.output)
     assert Store(store_url).job("ads").pending() == []
 
 
-def test_an_unreachable_prefect_api_is_named_with_where_its_url_came_from(monkeypatch, fleet, jobs_file, store_url):
-    from tests.cli.test_cli_observe import closed_port
+def test_an_answer_that_could_not_be_recorded_fails_and_says_why(monkeypatch, fleet, jobs_file, store_url):
+    from daedalus.connectors.store import JobStore
 
-    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{closed_port()}/api")
-    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
-    result = run("approve", pid)
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time())
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(JobStore, "post", full)
+    result = run("approve", k.pending.id)
     assert result.exit_code == 1
-    assert "(env PREFECT_API_URL) is not reachable (ConnectError)" in flat(result.output)
+    assert f"the answer to {k.pending.id} could not be recorded" in flat(result.output)
+    assert "No space left on device" in flat(result.output) and "answer again" in flat(result.output)
 
 
 def test_approve_posts_the_answer_when_the_proposal_has_no_approval_run(monkeypatch, fleet, jobs_file, store_url,
@@ -191,7 +214,7 @@ def test_scale_stays_within_the_limits(fleet, store_url):
     assert too_big.exit_code == 1 and "outside the job's limits [2, 10]" in flat(too_big.output)
     ok = run("scale", "ads", 6, "--reason", "test")
     assert ok.exit_code == 0, ok.output
-    assert "manual scale of ads to 6 posted" in flat(ok.output)
+    assert "manual scale of ads to 6 by" in flat(ok.output) and "recorded" in flat(ok.output)
     (_, msg), = Store(store_url).job("ads").pending()
     assert msg.kind == "scale"
 
@@ -204,47 +227,49 @@ def test_an_option_overrides_the_environment(monkeypatch, fleet, jobs_file, tmp_
 
 
 def test_a_run_the_one_at_a_time_limit_cancelled_is_not_the_last_run():
-    from prefect.states import Cancelled, Completed, Late
-
-    assert operate._skipped(Cancelled(message="Deployment concurrency limit reached."))
-    assert not operate._skipped(Cancelled(message="cancelled by alice"))
-    assert not operate._skipped(Completed()) and not operate._skipped(Late())
-
-
-def test_an_answer_right_after_the_proposal_waits_for_its_approval_run_where_approvals_are_deployed(monkeypatch):
-    # The loop saves the proposal, then starts its approval run: an operator who answers in between is served by
-    # the run (what the UI's form resumes), not by the inbox. Without the deployment no run will come: no wait.
-    from types import SimpleNamespace
-
-    paused = SimpleNamespace(state=SimpleNamespace(is_paused=lambda: True, is_final=lambda: False),
-                             empirical_policy=SimpleNamespace(resuming=False))
-    calls = []
-
-    def find(proposal):
-        calls.append(proposal)
-        return paused if len(calls) >= 3 else None
-
-    monkeypatch.setattr(operate, "find_approval_run", find)
-    monkeypatch.setattr(operate.time, "sleep", lambda s: None)
-    monkeypatch.setattr(operate, "approvals_deployed", lambda: True)
-    assert operate._approval_run("ads-1") is paused and len(calls) == 3
-    calls.clear()
-    monkeypatch.setattr(operate, "approvals_deployed", lambda: False)
-    assert operate._approval_run("ads-1") is None and calls == ["ads-1"]
+    assert operate._skipped({"type": "CANCELLED", "message": "Deployment concurrency limit reached."})
+    assert not operate._skipped({"type": "CANCELLED", "message": "cancelled by alice"})
+    assert not operate._skipped({"type": "COMPLETED", "name": "Completed", "message": None})
+    assert not operate._skipped({"type": "SCHEDULED", "name": "Late"})
 
 
-def test_answering_a_proposal_the_loop_closed_unanswered_says_it_expired(monkeypatch, fleet, prefect_api_url):
-    # The operator's second hour: "was already answered: its approval run … is Expired" for a proposal nobody answered.
-    from types import SimpleNamespace
-
-    from prefect.states import Completed
-
-    monkeypatch.setenv("PREFECT_API_URL", prefect_api_url)
-    message = "proposal ads-1767225600 expired: nothing was done"  # what the loop closes the run with
-    closed = SimpleNamespace(id="run-1", parameters={}, state=Completed(name="Expired", message=message),
-                             empirical_policy=SimpleNamespace(resuming=False))
-    monkeypatch.setattr(operate, "_approval_run", lambda proposal: closed)
-    result = run("approve", "ads-1767225600")
+def test_answering_a_proposal_the_loop_closed_unanswered_says_it_expired(fleet, jobs_file, store_url):
+    # The operator's second hour: "was already answered" for a proposal nobody answered.
+    k = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=T0)
+    entry = k.entry(k.pending.id)
+    entry.mark("expired", k.pending.expires)
+    pid, k.pending = k.pending.id, None
+    Store(store_url).job(k.job).save(k)
+    result = run("approve", pid)
     assert result.exit_code == 1
-    assert f"Refused: {message} (its approval run run-1 is Expired)" in flat(result.output)
+    assert f"proposal {pid} is no longer pending: it was expired" in flat(result.output)
     assert "already answered" not in result.output
+
+
+@pytest.mark.parametrize("command", ["approve", "reject", "scale"])
+def test_the_answering_commands_help_is_whole_at_80_columns(monkeypatch, command):
+    # Issue 36: `approve --help` cut its option text.
+    monkeypatch.setenv("COLUMNS", "80")
+    text = flat(run(command, "--help").output)
+    assert "Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's " \
+           "next run." in text
+    assert "Who acts; recorded in the ledger (default: the settings' operator, else your login)" in text
+    assert "Why; recorded in the ledger" in text and "…" not in text
+
+
+def test_answering_imports_no_prefect(tmp_path, jobs_file, store_url):
+    # Issue 36: answers took 9–86 s under load; the commands that answer must not start Prefect's machinery.
+    import subprocess
+    import sys
+
+    pid = with_proposal(load_jobs(jobs_file).job("ads"), store_url, created=time.time()).pending.id
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('PREFECT', 'prefect' in sys.modules, file=sys.stderr))\n"
+            "from daedalus.cli.main import main\n"
+            f"sys.argv = ['daedalus', 'reject', {pid!r}, '--jobs-file', {str(jobs_file)!r}, '--store', "
+            f"{store_url!r}]\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "PREFECT False" in done.stderr and f"rejected {pid}" in flat(done.stderr)

@@ -3,6 +3,7 @@ what the loop then does with it (models/loop/messages.py applies the inbox)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import replace
@@ -15,7 +16,7 @@ from daedalus.connectors.store import Store
 from daedalus.connectors.switches import stop_reason
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
-from daedalus.models.loop.messages import apply_messages
+from daedalus.models.loop.messages import ANSWER_GRACE_S, apply_messages
 from daedalus.models.ports import Target
 from daedalus.sim.job import SimulatedJob
 from daedalus.sim.scenario import scenario
@@ -25,6 +26,7 @@ from daedalus.tasks.approval import (
     ApprovalRequest,
     Refused,
     answer_model,
+    approval_form_markdown,
     approval_markdown,
     check_answer,
     post_answer,
@@ -59,15 +61,33 @@ def test_the_approval_page_shows_the_reasoning():
     assert "| 4 ← now | 400,000 | observed at 63 % load | 300 |" in md and "| 1 | 100,000 | estimated | never |" in md
 
 
+def test_the_resume_form_shows_the_proposal_without_a_table_or_a_heading():
+    # Issue 36: at 1,400 px the form's dialog drew the reasoning under a huge heading and the tables in a scroll box.
+    md = approval_form_markdown(_request(forecast_horizon_s=1800.0))
+    assert not [line for line in md.splitlines() if line.startswith(("#", "|", "- ", "1. "))]
+    assert md.startswith("**ads: scale out 4 → 6?** Proposal `ads-1767225600` expires at 2026-01-01 00:10:00 UTC")
+    assert "Capacity 400,000 tuples/s at 4, **600,000** at 6; workload 380,000, forecast peak 530,000 over the " \
+           "next 30 min (arima); recovery at 6: 2 min 30 s." in md
+    assert "**Why now:** **1.** C_4 = 400,000/s below the forecast peak 530,000/s" in md
+    assert "**4: 400,000, observed, 5 min ← now**" in md and "**6: 600,000, 2 min 30 s ← proposed**" in md
+    assert "1: 100,000, never · 2: 200,000, never" in md and "10: 1,000,000, 95 s" in md
+    # The approval page (an artifact, the whole width) keeps its tables, with the reasons numbered in the text.
+    assert "**1.** C_4 = 400,000/s" in approval_markdown(_request()) and "\n1. " not in approval_markdown(_request())
+
+
 def test_the_answer_form_carries_the_jobs_limits():
     schema = answer_model(_request()).model_json_schema()
     p = schema["properties"]["scaleout"]
     assert (p["minimum"], p["maximum"], p["default"]) == (2, 10, 6)
     assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
     form = answer_model(_request())
-    assert form(decision="approve", scaleout=10).scaleout == 10
+    assert form(decision="approve", scaleout=10, operator="alice").scaleout == 10
     with pytest.raises(ValueError, match="less than or equal to 10"):
-        form(decision="approve", scaleout=11)
+        form(decision="approve", scaleout=11, operator="alice")
+    # No user to default to in Prefect's open-source UI: the operator names themself, or the form is refused.
+    assert "operator" in schema["required"] and "default" not in schema["properties"]["operator"]
+    with pytest.raises(ValueError, match="operator"):
+        form(decision="approve", scaleout=10)
 
 
 def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads, store_url):
@@ -75,6 +95,18 @@ def test_out_of_limits_approval_is_refused_with_the_limits_and_posts_nothing(ads
     with pytest.raises(Refused, match=r"scale-out 11 is outside the job's limits \[2, 10\].*max 10"):
         post_answer(ads, k.pending.id, "approve", 11, "ops", "", store_url)
     assert Store(store_url).job("ads").pending() == []
+
+
+def test_an_answer_given_in_time_that_reaches_the_store_late(ads, store_url):
+    # Refused from the command line (it could not promise the loop sees it); posted from a late-resumed UI run.
+    k = with_proposal(ads, store_url, created=time.time() - 600 - ANSWER_GRACE_S)  # the grace is over
+    given = k.pending.expires - 5
+    with pytest.raises(Refused, match="too late to record before the loop expires the proposal"):
+        post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given)
+    assert Store(store_url).job("ads").pending() == []
+    post_answer(ads, k.pending.id, "approve", None, "ops", "", store_url, given=given, late_ok=True)
+    (_, msg), = Store(store_url).job("ads").pending()
+    assert msg.body["wall"] == given
 
 
 def test_expired_proposal_is_refused(ads, store_url):
@@ -104,6 +136,24 @@ def test_answered_proposals_are_refused(ads, store_url):
         post_answer(ads, "ads-1", "approve", None, "bob", "", store_url)
 
 
+def test_an_answer_recorded_outside_the_approval_run_is_found_in_the_inbox_then_in_the_ledger(ads, store_url):
+    # Issue 36: the approval run that started after the deadline said "Expired" for an answer given in time.
+    from daedalus.tasks.approval import recorded_answer
+
+    k = with_proposal(ads, store_url, created=time.time())
+    pid = k.pending.id
+    assert recorded_answer(store_url, "ads", pid) is None
+    post_answer(ads, pid, "approve", 8, "alice", "peak at noon", store_url, given=k.pending.created + 30)
+    outcome, what = recorded_answer(store_url, "ads", pid)
+    assert outcome == "approved" and what.startswith(f"approve {pid} at scale-out 8 by alice: peak at noon, given at ")
+    waiting = Store(store_url).job("ads").pending()
+    apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
+    Store(store_url).job("ads").ack([p for p, _ in waiting])
+    Store(store_url).job(k.job).save(k)
+    assert recorded_answer(store_url, "ads", pid) == (
+        "approved", f"proposal {pid} approved by alice: peak at noon (recorded in the job's ledger)")
+
+
 def test_reject_posts_the_reason(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time())
     post_answer(ads, k.pending.id, "reject", None, "carol", "peak is over", store_url)
@@ -114,6 +164,28 @@ def test_reject_posts_the_reason(ads, store_url):
     msg.body["wall"] = answered
     apply_messages(k, [msg], ads.loop_config(), current=4, now=k.pending.created + 60)
     assert k.pending is None and k.entry(msg.body["proposal"]).state == "rejected"
+
+
+def test_an_answer_reads_the_status_of_the_newest_knowledge_not_the_knowledge(monkeypatch, ads, store_url):
+    # Issue 36: loading the knowledge (its forecaster unpickles statsmodels) took a second of an answer's three.
+    from daedalus.connectors.store import JobStore
+    from daedalus.tasks.approval import pending_proposal
+
+    k = with_proposal(ads, store_url, created=time.time(), target=7)
+    p, newest = k.pending, Store(store_url).job("ads").versions()[-1]
+    status = {"pending": {"id": p.id, "from": 4, "to": 7, "expires": p.expires}, "knowledge_version": newest}
+    Store(store_url).job("ads").write_json("status.json", status)
+
+    def unpickled(*args, **kwargs):
+        raise AssertionError("the knowledge was loaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(JobStore, "load", unpickled)
+        assert pending_proposal(store_url, "ads", p.id) == (p.expires, 7)
+    # A status older than the newest knowledge (a loop saved, then has yet to write its status): the knowledge.
+    Store(store_url).job("ads").write_json("status.json", {**status, "knowledge_version": newest - 1,
+                                                           "pending": {**status["pending"], "to": 9}})
+    assert pending_proposal(store_url, "ads", p.id) == (p.expires, 7)
 
 
 def test_check_answer_defaults_to_the_proposed_scaleout(ads, store_url):
@@ -228,12 +300,43 @@ def test_an_approval_timeout_is_wall_clock_time_whatever_the_jobs_speed():
         sim.advance(600)
         it = iterate(target, knowledge, PLAIN)
         assert knowledge.pending is not None and not it.closed
-    wall.t = T0 + 3600
+    wall.t = T0 + 3600  # the deadline: the loop still waits a moment for answers given before it
+    sim.advance(60)
+    assert not iterate(target, knowledge, PLAIN).closed and knowledge.pending is not None
+    wall.t = T0 + 3600 + ANSWER_GRACE_S
     sim.advance(60)
     it = iterate(target, knowledge, PLAIN)
     assert it.closed == ((first.decision.id, "expired"),)
     assert knowledge.entry(first.decision.id).state == "expired"
+    assert knowledge.entry(first.decision.id).events[-1] == (T0 + 3600, "expired")  # dated at its deadline
     assert "expired unanswered at 2026-01-01 01:00:00 UTC" in knowledge.entry(first.decision.id).history[-1][1]
+
+
+def test_an_answer_given_before_the_deadline_is_applied_by_a_run_that_starts_after_it():
+    # Issue 36: approved 2 min 23 s before its deadline, the run that applied it started 2 min after: lost.
+    from daedalus.models.loop.messages import ControlMessage
+
+    wall = _Wall(T0)
+    target, sim = _approve_target(wall)
+    knowledge = Knowledge.new("sim", target.config)
+    sim.advance(600)
+    first = iterate(target, knowledge, PLAIN)
+    p = knowledge.pending
+    given = p.expires - 1  # one second before the deadline
+    late, too_late = (ControlMessage(f"approve-{i}", "sim", "approve", sim.now,
+                                     {"proposal": p.id, "operator": who, "reason": "peak at noon", "wall": at})
+                      for i, (who, at) in enumerate((("oncall", given), ("bob", p.expires))))
+    wall.t = p.expires + 180  # the worker was busy: the run starts three minutes past the deadline
+    sim.advance(60)
+    ignored = copy.deepcopy(knowledge)
+    it = iterate(target, ignored, PLAIN, [too_late])  # given at the deadline: too late, and it says so
+    assert it.closed == ((p.id, "expired"),) and ignored.entry(p.id).events[-1] == (p.expires, "expired")
+    assert any("ignored: given at 2026-01-01 01:00:00 UTC, after it expired" in n for n in it.notes)
+    it = iterate(target, knowledge, PLAIN, [late])
+    entry = knowledge.entry(first.decision.id)
+    assert it.action is not None and it.action.decision_id == p.id and entry.state == "executed"
+    assert (given, "approved by oncall: peak at noon") in entry.events  # who, why, and when it was given
+    assert it.closed == ((p.id, "approved"),)
 
 
 def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_executed():
@@ -246,10 +349,13 @@ def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_ex
     first = iterate(target, knowledge, PLAIN)
     pid = first.decision.id
     sim.advance(60)
-    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o"})
+    wall.t = T0 + 60
+    manual = ControlMessage("scale-1", "sim", "scale", sim.now, {"scaleout": 8, "reason": "r", "operator": "o",
+                                                                 "wall": T0 + 40})
     it = iterate(target, knowledge, PLAIN, [manual])
     assert it.closed == ((pid, "superseded"),) and knowledge.pending is None
     assert knowledge.entry(pid).state == "superseded" and it.action.state == "executed" and sim.scaleout == 8
+    assert knowledge.entry(pid).events[-1] == (T0 + 40, "superseded")  # when the manual scale was asked
 
     # An approval and a later manual scale in the same inbox: the approval never runs, and says why.
     k2 = Knowledge.new("sim", target.config)
@@ -262,3 +368,4 @@ def test_a_manual_scale_supersedes_a_pending_proposal_and_an_approval_not_yet_ex
     it = iterate(target2, k2, PLAIN, [approve, scale])
     assert k2.entry(proposal).state == "superseded" and sim2.scaleout == 9
     assert any("superseded by a manual scale to 9 by b" in n for n in it.notes)
+    assert it.closed == ((proposal, "superseded"),)  # its approval run closes as superseded, not approved

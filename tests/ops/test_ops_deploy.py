@@ -13,6 +13,9 @@ import yaml
 from daedalus.connectors.jobs import load_jobs
 from daedalus.deployments.deploy import (
     COLLISION,
+    LOOP_QUEUE,
+    PIPELINE_QUEUE,
+    QUEUES,
     absolute,
     anchor_for,
     plan_deployments,
@@ -59,6 +62,22 @@ def test_background_flows_get_their_triggers_and_pipeline_flows_their_schedules(
     validate = by_name["validate-metrics/validate-metrics"]
     assert validate.schedules and validate.concurrency == 1
     assert validate.parameters == {"lake_url": os.path.abspath("lake"), "store_url": os.path.abspath("store")}
+
+
+def test_the_pipeline_and_backtests_never_share_a_queue_with_the_loops(jobs_file):
+    # Issue 36: validate-metrics (Spark) on the loops' worker delayed them by a minute and got four cancelled.
+    pytest.importorskip("daedalus.flows.pipeline")
+    planned, _ = plan_deployments(load_jobs(jobs_file), "store", lake_url="lake")
+    queues = {p.name: p.queue for p in planned}
+    batch = {"validate-metrics", "retrain-forecasters", "compact-lake", "backtest"}
+    assert {queues[name] for name in batch} == {PIPELINE_QUEUE}
+    assert {q for name, q in queues.items() if name not in batch} == {LOOP_QUEUE}
+    by_name = {q.name: q for q in QUEUES}  # the loops first; the pipeline one run at a time, after them
+    assert by_name[LOOP_QUEUE].priority < by_name[PIPELINE_QUEUE].priority and by_name[PIPELINE_QUEUE].concurrency == 1
+    doc = yaml.safe_load(prefect_yaml(planned, pool="streaming"))
+    assert {d["name"]: d["work_pool"]["work_queue_name"] for d in doc["deployments"]} == queues
+    assert "prefect work-queue create pipeline --pool streaming --priority 10 --limit 1" in prefect_yaml(planned,
+                                                                                                          "streaming")
 
 
 def test_schedules_spread_over_the_minute_deterministically():
@@ -122,3 +141,21 @@ def test_the_repository_prefect_yaml_declares_the_flows():
     loop = next(d for d in doc["deployments"] if d["entrypoint"] == "daedalus.flows.mape_k.mape_k")
     assert loop["concurrency_limit"] == {"limit": 1, "collision_strategy": COLLISION}
     assert loop["schedules"][0]["interval"] == 60
+
+
+def test_deploy_warns_when_a_local_sqlite_server_gets_more_than_it_takes():
+    # Issue 36: three jobs and the pipeline on SQLite left 64 "database is locked" tracebacks in 20 minutes.
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
+
+    from daedalus.deployments.deploy import SQLITE_MAX_JOBS, sqlite_warning
+
+    local = "http://127.0.0.1:4200/api"
+    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: "sqlite+aiosqlite:////tmp/p.db"}):
+        warning = sqlite_warning(local, 3, pipeline=True)
+        assert warning is not None and "3 one-minute loops and the Spark pipeline" in warning
+        assert "PostgreSQL" in warning
+        assert sqlite_warning(local, SQLITE_MAX_JOBS, pipeline=False) is None
+        assert "11 one-minute loops" in sqlite_warning(local, SQLITE_MAX_JOBS + 1, pipeline=False)
+        assert sqlite_warning("https://prefect.example.com/api", 500, pipeline=True) is None  # not judged
+    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: "postgresql+asyncpg://p@db/prefect"}):
+        assert sqlite_warning(local, 500, pipeline=True) is None

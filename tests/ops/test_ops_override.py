@@ -84,14 +84,15 @@ def test_a_rejection_and_an_expiry_are_dated_when_they_happened():
     iterate(target, k, PLAIN, [ControlMessage("r-1", "sim", "reject", sim.now,
                                               {"proposal": first.id, "operator": "bob", "reason": "peak ahead",
                                                "wall": T0 + 45})])  # a clock ahead of the loop's
-    assert k.entry(first.id).events[-1] == (T0 + 30, "rejected by bob") and k.entry(first.id).operator == "bob"
+    assert k.entry(first.id).events[-1] == (T0 + 30, "rejected by bob: peak ahead")  # who, why, when given
+    assert k.entry(first.id).operator == "bob"
     second = k.pending  # the same run proposed again: the rejection freed the loop to
     assert second is not None and k.entry(second.id).events == [(T0 + 30, "proposed")]
     wall.t = second.expires + 240  # the loop notices the expiry four minutes late
     sim.advance(60)
     iterate(target, k, PLAIN)
-    assert k.entry(second.id).events == [(T0 + 30, "proposed"), (second.expires + 240, "expired")]
-    assert k.entry(second.id).changed == second.expires + 240  # "last action" shows this time, not the proposal's
+    assert k.entry(second.id).events == [(T0 + 30, "proposed"), (second.expires, "expired")]  # at its deadline
+    assert k.entry(second.id).changed == second.expires  # "last action" shows when it expired, not when seen
 
 
 def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
@@ -128,7 +129,8 @@ def test_a_manual_scale_holds_for_the_stated_time_then_the_loop_plans_again():
     assert all(h.decision.reasons[0] == "held at 4: carol scaled by hand, so the loop takes no action of its own "
                                         "until 2026-01-01 00:11:00 UTC (manual_hold 10 min)" for h in held)
     # Once the grace period is over, the plan wants more workers: reported, not taken.
-    wanted = [h.decision for h in held if h.decision.reasons[1].startswith("the plan, not taken: ")]
+    assert all(h.decision.kind == "hold" and h.decision.reasons[1].startswith("the plan, not taken: ") for h in held)
+    wanted = [h.decision for h in held if h.decision.reasons[1].startswith("the plan, not taken: scale-out")]
     assert len(wanted) >= 3 and all(d.kind == "hold" and d.target == 4 and
                                     d.reasons[1] == "the plan, not taken: scale-out 4 → 12" for d in wanted)
     # Then the loop plans again from 4, and says so.

@@ -123,12 +123,20 @@ def _pending(s: Scenario, job: str) -> str | None:
     return None if k is None or k.pending is None else k.pending.id
 
 
+def _approval_run_of(s: Scenario, proposal: str) -> str | None:
+    runs = s.api("POST", "/flow_runs/filter", json={"flow_runs": {"tags": {"all_": [f"proposal:{proposal}"]}}})
+    return runs[0]["id"] if runs else None
+
+
 def _answer(s: Scenario) -> None:
-    # An operator who answers the moment `status` shows the proposal: the command waits for its approval run.
+    # An operator who answers the moment `status` shows the proposal: recorded in the job's inbox at once, whatever
+    # its approval run is doing; the loop applies it and closes that run.
     s.proposals["clicks"] = wait_for("a proposal for clicks", lambda: _pending(s, "clicks"), 300, s.server)
     rejected = s.cli("reject", s.proposals["clicks"], "--reason", "peak ahead", "--operator", "bob")
     assert rejected.returncode == 0, rejected.stderr + rejected.stdout
-    s.approval_runs["clicks"] = json.loads(rejected.stdout.strip().splitlines()[-1])["approval_run"]
+    assert json.loads(rejected.stdout.strip().splitlines()[-1])["message"].startswith("reject-")
+    s.approval_runs["clicks"] = wait_for("the approval run of clicks",
+                                         lambda: _approval_run_of(s, s.proposals["clicks"]), 120, s.server)
     s.approval_runs["ads"] = wait_for("a suspended approval run for ads", lambda: _suspended_approval(s, "ads"), 300,
                                       s.server)
     # What the UI's resume form sends. The server validates it against the form's schema: limits from the jobs file.
@@ -265,12 +273,13 @@ def test_the_dashboards(scenario):
     # published the job's next proposal (ads 10 → 11, clicks 9 → 10 after the manual run) on top of it.
     approved = f"**Approved at scale-out {APPROVED_AT}** by alice: capacity test"
     assert any(approved in a["data"] for a in _versions(scenario, "approval-ads"))
-    assert any("**Rejected** by bob: peak ahead" in a["data"] for a in _versions(scenario, "approval-clicks"))
+    rejected = f"proposal {scenario.proposals['clicks']} rejected by bob: peak ahead"  # closed by the loop
+    assert any(rejected in a["data"] for a in _versions(scenario, "approval-clicks"))
     decision = _latest(scenario, "decision-ads")
     assert decision["type"] == "markdown" and decision["data"].startswith("# ads: ")
     ledger = _latest(scenario, "ledger-ads")
     assert ledger["type"] == "markdown" and scenario.proposals["ads"] in ledger["data"]
-    assert "proposed " in ledger["data"] and "→ approved by alice " in ledger["data"]
+    assert "proposed " in ledger["data"] and "→ approved by alice: capacity test " in ledger["data"]  # and why
     plot = _latest(scenario, "forecast-plot-ads")["data"]
     assert "](data:image/png;base64,iVBORw0KGgo" in plot
     capacity = _latest(scenario, "capacity-ads")

@@ -204,7 +204,7 @@ def test_the_capacity_table_names_its_columns_for_people_and_formats_its_numbers
     visible(page, "scale-out", "now / recommended", "capacity (tuples/s)", "predicted recovery", "capacity from")
     assert not page["overflowing"], "the capacity table scrolls sideways"
     text = page["text"]
-    assert "capacity (tuples/s) and predicted recovery time at every scale-out" in text  # the description
+    assert "capacity (tuples/s) and recovery per scale-out" in text  # the description, short enough for its card
     assert not INF.search(text) and "capacity_per_s" not in text
     assert any("," in line and line.strip()[0].isdigit() for line in text.splitlines())  # 123,456
 
@@ -238,7 +238,7 @@ def test_the_forecast_plot_is_large_enough_to_read(ui):
     (image,) = page["images"]
     # As wide as the artifact's column (about 850 px), never blown up: fonts of 15 px and more on screen.
     assert image["width"] >= 800 and image["natural"] >= image["width"] and image["right"] <= page["width"]
-    assert "what each loop forecast" in page["text"] and "peak of the next 30 min" in page["text"]
+    assert "arrived against the forecast" in page["text"] and "peak of the next 30 min" in page["text"]
 
 
 def test_the_forecast_summary_formats_its_numbers(ui):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from daedalus.connectors.spark import SparkSettings
@@ -11,7 +13,12 @@ from daedalus.models.expectations import SuiteSettings, checks
 
 def test_settings_come_from_defaults_then_environment_then_arguments(monkeypatch) -> None:
     monkeypatch.delenv("DAEDALUS_SPARK_MASTER", raising=False)
-    assert SparkSettings.from_env().master == "local[*]"
+    monkeypatch.delenv("DAEDALUS_SPARK_NICE", raising=False)
+    default = SparkSettings.from_env()  # half the cores, not all of them: the loops run beside it
+    assert default.master == f"local[{max(1, (os.cpu_count() or 2) // 2)}]" and default.master != "local[*]"
+    assert (default.driver_memory, default.nice) == ("1g", 10)
+    monkeypatch.setenv("DAEDALUS_SPARK_NICE", "0")
+    assert SparkSettings.from_env().nice == 0
     monkeypatch.setenv("DAEDALUS_SPARK_MASTER", "spark://10.0.0.5:7077")
     monkeypatch.setenv("DAEDALUS_SPARK_SHUFFLE_PARTITIONS", "64")
     settings = SparkSettings.from_env()
