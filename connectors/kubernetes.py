@@ -29,15 +29,8 @@ from typing import TYPE_CHECKING, Any
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from daedalus.connectors.fields import label_problem, subdomain_problem
-from daedalus.connectors.polling import poll
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
 if TYPE_CHECKING:
@@ -65,13 +58,6 @@ KINDS = {
     "FlinkDeployment": Kind("flink.apache.org", "v1beta1", "flinkdeployments"),
     "SparkApplication": Kind("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
 }
-
-
-def _transient(exc: BaseException) -> bool:
-    """Worth another try: a 5xx from the API server, a timeout or a refused connection."""
-    if isinstance(exc, ApiException):
-        return exc.status is not None and exc.status >= 500
-    return isinstance(exc, urllib3.exceptions.HTTPError)
 
 
 def api_message(exc: ApiException) -> str:
@@ -120,13 +106,19 @@ class KubernetesScaler:
 
     def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
         """Retry 5xx, timeouts and connection errors with backoff; anything else is raised as it is."""
-        policy = Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(self.attempts),
-                          wait=wait_exponential(multiplier=self.backoff_s, max=10.0), sleep=self._sleep, reraise=True)
-        try:
-            return policy(call)
-        except urllib3.exceptions.HTTPError as exc:
-            raise ConnectorError(f"{self.target}: {what} failed after {self.attempts} attempts: "
-                                 f"API server unreachable or timing out ({type(exc).__name__}: {exc})") from exc
+        delay, attempt = self.backoff_s, 1
+        while True:
+            try:
+                return call()
+            except ApiException as exc:
+                if exc.status is None or exc.status < 500 or attempt >= self.attempts:
+                    raise
+            except urllib3.exceptions.HTTPError as exc:
+                if attempt >= self.attempts:
+                    raise ConnectorError(f"{self.target}: {what} failed after {attempt} attempts: "
+                                         f"API server unreachable or timing out ({type(exc).__name__}: {exc})") from exc
+            self._sleep(delay)
+            delay, attempt = min(2 * delay, 10.0), attempt + 1
 
     def _read(self) -> dict[str, Any]:
         """The target's Scale object as the API returns it (raw JSON: no client-side model validation)."""
@@ -176,44 +168,43 @@ class KubernetesScaler:
 
     def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
         """Apply (or, with dry_run, have the API server validate) the new scale-out; returns a ledger message."""
-        # A 409 (someone else wrote in between) reads again and retries, `attempts` times in all.
-        policy = Retrying(retry=retry_if_exception(lambda e: isinstance(e, ApiException) and e.status == 409),
-                          stop=stop_after_attempt(self.attempts), reraise=True)
-        try:
-            return policy(self._scale_once, target, decision_id, dry_run)
-        except ApiException as exc:
-            if exc.status == 409:
-                raise ConnectorError(f"{self.target}: {self.attempts} conflicts in a row (409): the object keeps "
-                                     "changing; not scaled") from exc
-            raise self._failed(exc, "dry-run patch" if dry_run else "patch") from exc
-
-    def _scale_once(self, target: int, decision_id: str, dry_run: bool) -> str:
-        scale = self._read()
-        before = self._replicas(scale)
-        if before == target:
-            return f"{self.target} already at {target}: nothing to patch (decision {decision_id})"
-        version = (scale.get("metadata") or {}).get("resourceVersion")
-        self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run)
-        if dry_run:
-            return f"dry run accepted by the API server: would scale {self.target} {before} → {target}"
-        return f"scaled {self.target} {before} → {target} (decision {decision_id}); {self._wait_ready(target)}"
+        for _ in range(self.attempts):
+            try:
+                scale = self._read()
+                before = self._replicas(scale)
+                if before == target:
+                    return f"{self.target} already at {target}: nothing to patch (decision {decision_id})"
+                version = (scale.get("metadata") or {}).get("resourceVersion")
+                self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run)
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # someone else wrote in between: read again and retry
+                raise self._failed(exc, "dry-run patch" if dry_run else "patch") from exc
+            if dry_run:
+                return f"dry run accepted by the API server: would scale {self.target} {before} → {target}"
+            return f"scaled {self.target} {before} → {target} (decision {decision_id}); {self._wait_ready(target)}"
+        raise ConnectorError(f"{self.target}: {self.attempts} conflicts in a row (409): the object keeps changing; "
+                             "not scaled")
 
     # --- readiness ----------------------------------------------------------------------------
 
     def _wait_ready(self, target: int) -> str:
         """Until the Scale object's status shows `target` replicas (see the module docstring for what that says)."""
-        def probe() -> tuple[bool, str]:
+        started = time.monotonic()
+        pause = 0.5
+        while True:
             try:
                 replicas = (self._read().get("status") or {}).get("replicas") or 0
-                return replicas == target, f"the controller reports {replicas} of {target} replicas"
+                ok, how = replicas == target, f"the controller reports {replicas} of {target} replicas"
             except (ApiException, ConnectorError) as exc:
-                return False, f"status unreadable ({exc})"
-
-        started = time.monotonic()
-        ok, how = poll(probe, self.ready_timeout_s, self._sleep, first=0.5, most=5.0)
-        if ok:
-            return f"ready after {time.monotonic() - started:.1f} s"
-        return f"not ready within {self.ready_timeout_s:g} s ({how})"
+                ok, how = False, f"status unreadable ({exc})"
+            waited = time.monotonic() - started
+            if ok:
+                return f"ready after {waited:.1f} s"
+            if waited + pause > self.ready_timeout_s:
+                return f"not ready within {self.ready_timeout_s:g} s ({how})"
+            self._sleep(pause)
+            pause = min(2 * pause, 5.0)
 
 
 def _api_client(job: str) -> client.ApiClient:
