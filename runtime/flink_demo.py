@@ -102,13 +102,15 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
     # The loop's own rhythm is compressed; what the machine does is not: downtime estimates, the checkpoint interval
     # and the latency objective stay physical seconds.
     durations = ("target_recovery_time", "recent_rescale_s", "grace_s", "scale_in_interval", "loop_interval_s",
-                 "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling")
+                 "max_recovery_s", "approval_timeout", "rescale_interval", "verify_after_s", "ceiling", "envelope_s")
     names = {f.name for f in dataclasses.fields(LoopConfig)}
     changes: dict[str, Any] = {k: getattr(base, k) / speedup for k in durations
                                if k in names and getattr(base, k) is not None}
     changes["scale_in_interval"] = base.scale_in_s / speedup  # None in the defaults: the planner's own
     # Worker-seconds on the loop's clock: a switch is weighed against what it saves over a compressed horizon.
     changes["rescale_price"] = base.rescale_price / speedup
+    # The budget is per hour of the loop's clock: an hour passes `speedup` times faster here.
+    changes["max_rescales_per_hour"] = base.max_rescales_per_hour * speedup
     changes.update(min_scaleout=1, max_scaleout=max_scaleout, checkpoint_interval=5.0, warmup_s=15.0)
     return dataclasses.replace(base, **changes)
 
