@@ -329,7 +329,8 @@ class Fleet:
             "postgres": lambda: True,
             "redis": lambda: _redis_ping(self.ports.redis),
             "api": lambda: _healthy(f"http://127.0.0.1:{self.ports.api[int(name.split('-')[1])]}/api/health"),
-            "lb": lambda: _healthy(f"{self.api_url}/health"),
+            # Through every replica in turn (round robin): one answer proves only the first is behind it.
+            "lb": lambda: all(_healthy(f"{self.api_url}/health") for _ in range(2 * len(self.ports.api))),
             "services": lambda: True,
             "worker": lambda: self._registered(name),
         }

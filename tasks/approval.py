@@ -287,8 +287,10 @@ OUTCOME_STATES = {"expired": "Expired", "superseded": "Superseded", "approved": 
 def _outcome(proposal: str, outcome: str, knowledge: Knowledge | None) -> str:
     """What became of a proposal, in the words of its ledger: who answered and why, or that nothing was done."""
     entry = None if knowledge is None else knowledge.entry(proposal)
-    if outcome in ("approved", "rejected") and entry is not None and entry.events:
-        return f"proposal {proposal} {entry.events[-1][1]} (recorded in the job's ledger)"
+    answer = None if entry is None else next((label for _, label in reversed(entry.events)
+                                              if label.startswith(outcome)), None)
+    if outcome in ("approved", "rejected") and answer is not None:  # the answer, not what followed it
+        return f"proposal {proposal} {answer} (recorded in the job's ledger)"
     return f"proposal {proposal} {outcome}: nothing was done"
 
 

@@ -291,7 +291,7 @@ def test_the_dashboards(scenario):
 
 def test_the_cli_refuses_an_answered_proposal_and_shows_the_fleet(scenario):
     again = scenario.cli("approve", scenario.proposals["ads"])
-    assert again.returncode == 1 and "already answered" in again.stderr
+    assert again.returncode == 1 and "no longer pending" in again.stderr
     status = scenario.cli("status", "--store", scenario.store, "--jobs-file", str(scenario.jobs_file))
     assert status.returncode == 0, status.stderr
     assert "ads" in status.stdout and "clicks" in status.stdout and "Completed" in status.stdout
