@@ -4,13 +4,15 @@ The demo starts a local session cluster (a JobManager and four one-slot TaskMana
 checkpoints every 5 s, the Prometheus reporter on ports chosen free) and a real Prometheus scraping it, measures
 the job's saturation throughput at parallelism 1 with a short probe, and submits the trace job (runtime/flink_job)
 with a compressed workload trace sized on that probe: low, a rise to `PEAK` × the probe, a plateau, a fall.
-The `mape-k` flow (through Prefect, in-process) then runs every 15 s against the job, as built from a jobs-file
+The `mape-k` flow (through Prefect, in-process) then runs every 7.5 s against the job, as built from a jobs-file
 entry (engine `flink`, worker label `tm_id`, scale target `flink-rest`); every executed rescale starts the
 `recovery-monitor` flow beside it. At the end the job is stopped with a savepoint (its sink commits everything),
 the committed output is counted, and everything is stopped. `DIR/report.json` and `DIR/report.png` hold the run.
 
-Time runs 4× faster than the paper's loop: 15 s loops instead of 60 s, and every duration of the loop (warm-up,
-grace, recent-rescale window, scale-in interval, recovery target, forecast horizon and step) divided by 4.
+Time runs 8× faster than the paper's loop: 7.5 s loops instead of 60 s, and every duration of the loop (warm-up,
+grace, recent-rescale window, scale-in interval, recovery target, envelope, forecast horizon and step) divided by 8;
+the rescale budget per hour multiplied by 8. The forecaster's minute means stay wall-clock minutes, so the envelope
+(225 s) looks back over the last 3 of them.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ JOB = "daedalus-demo"  # the jobs-file entry and the Flink job's name
 TOPIC = "daedalus-demo-events"
 
 
-SPEEDUP = 4.0
+# The loop's clock runs 8× faster than the wall's (7.5 s loops): the planner holds the load's envelope for
+# `envelope_s` (30 paper minutes) after a burst before it scales in, so the trace must span about 80 paper minutes to
+# show both a scale-out and the scale-in after it: 10 real minutes at 8×.
+SPEEDUP = 8.0
 
 
 LOOP_S = 60.0 / SPEEDUP
@@ -71,10 +76,10 @@ LOOP_S = 60.0 / SPEEDUP
 WORK_US = 1000  # CPU time per record: a worker with a core of its own processes about 1,000 records/s
 
 
-DEFAULT_MINUTES = 12.0  # the trace; with the set-up and the saturation measurements the demo takes ~17 min
+DEFAULT_MINUTES = 10.0  # the trace; with the set-up and the saturation measurements the demo takes ~14 min
 
 
-LEARN_S = 360.0  # paper seconds (90 s at 4×) in which the loop decides but does not act: capacity needs data
+LEARN_S = 360.0  # paper seconds (45 s at 8×) in which the loop decides but does not act: capacity needs data
 
 
 PEAK = 2.5  # the plateau, in probed single-worker capacities: the probe runs against neighbours at their busiest
@@ -116,7 +121,7 @@ def compressed_config(max_scaleout: int, speedup: float = SPEEDUP) -> LoopConfig
 
 
 def compressed_knowledge(cfg: LoopConfig, speedup: float = SPEEDUP) -> Knowledge:
-    """Fresh knowledge whose forecaster works on the compressed clock (at 4×: horizon 225 s in 8 s steps)."""
+    """Fresh knowledge whose forecaster works on the compressed clock (at 8×: horizon 112 s in 4 s steps)."""
     k = Knowledge.new(JOB, cfg)
     k.forecaster = Forecaster(horizon_s=round(900 / speedup), step_s=max(round(30 / speedup), 1), min_fit_steps=40,
                               fallback_window_s=round(300 / speedup), max_d=cfg.forecast_max_d)

@@ -302,7 +302,7 @@ def recorded_answer(store_url: str, job: str, proposal: str) -> tuple[str, str] 
         if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
             when = f", given at {utc(float(msg.body['wall']))}" if msg.body.get("wall") else ""
             return ("approved" if msg.kind == "approve" else "rejected",
-                    f"{msg.describe()}{when}: the job's loop applies it at its next run")
+                    f"proposal {proposal} {msg.answer_label()}{when}: the job's loop applies it at its next run")
     k = Store(store_url).job(job).load().knowledge
     entry = None if k is None else k.entry(proposal)
     for _, label in reversed(entry.events if entry is not None else []):

@@ -54,6 +54,17 @@ class ControlMessage:
         if self.kind not in KINDS:
             raise ValueError(f"unknown control message kind {self.kind!r}; known: {', '.join(KINDS)}")
 
+    def answer_label(self, target: int | None = None) -> str:
+        """An answer (approve, reject) as the ledger records it: `rejected by bob: peak ahead`, `approved by alice
+        at 6: peak at noon` (`target`: the scale-out approved, else the message's own). The approval page quotes it
+        alike whether the loop has applied the answer yet or not."""
+        b = self.body
+        who = b.get("operator", "an operator")
+        if self.kind == "reject":
+            return f"rejected by {who}: {b.get('reason') or ''}".rstrip(": ")
+        at = target if target is not None else b.get("scaleout")
+        return (f"approved by {who}" + (f" at {at}" if at else "") + f": {b.get('reason') or ''}").rstrip(": ")
+
     def describe(self) -> str:
         """One line for people: `approve ads-1767225600 at scale-out 6 by alice`, not the body's dict."""
         b = self.body
@@ -136,7 +147,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             if msg.kind == "reject":
                 if entry is not None:
-                    k.move(entry, "rejected", asked, now, f"rejected by {who}: {why}".rstrip(": "), who, why)
+                    k.move(entry, "rejected", asked, now, msg.answer_label(), who, why)
                 k.pending = None
                 out.notes.append(f"proposal {p.id} rejected by {who}")
                 out.closed.append((p.id, "rejected"))
@@ -148,7 +159,7 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             if entry is not None:
                 entry.target = target
-                k.move(entry, "approved", asked, now, f"approved by {who} at {target}", who, why)
+                k.move(entry, "approved", asked, now, msg.answer_label(target), who, why)
             k.pending = None
             out.closed.append((p.id, "approved"))
             _end_hold(k, wall_now)  # the operator took the loop's plan: the loop decides again
