@@ -25,7 +25,7 @@ from daedalus.bench.policies import PAPER, Case, Workload, load_all, resolve_wor
 # largest capacity spread added to an extrapolated scale-out's margin (0: off). The forecast band's width
 # (`forecast_z`) stays at 1 × the recent error at each lead: a third axis would double the runs again, more than
 # this machine could afford in the session (docs/benchmark-results.md, issue 38).
-GRID: dict[str, tuple[float, ...]] = {"envelope_s": (0.0, 1800.0), "capacity_spread_max": (0.0, 0.1)}
+GRID: dict[str, tuple[float, ...]] = {"envelope_s": (0.0, 900.0, 1800.0), "capacity_spread_max": (0.0, 0.1)}
 RESCALES_6H = 18
 
 

@@ -97,11 +97,13 @@ class LoopConfig:
     # than 15 % above their trend within the last `envelope_s` seconds), plan for the largest of those minutes over
     # the next rescale interval instead of chasing each minute (in place of the forecast's band while the load
     # flaps, beside it for bursts; models/planning/mpc.py). 0 turns it off; at most the 30 minutes the analysis
-    # hands over (models/loop/analyze.py). Not yet chosen by `bench cv` (docs/benchmark-results.md, issue 38).
+    # hands over (models/loop/analyze.py). Chosen by `bench cv` (every held-out family's fold chose 1,800 over 0
+    # and 900: docs/benchmark-results.md, issue 38).
     envelope_s: float = 1800.0
     # The capacity estimate's spread (observed scale-outs against their interpolation from the others) is added to
-    # the margin of every extrapolated scale-out, up to this much. 0 turns it off.
-    capacity_spread_max: float = 0.10
+    # the margin of every extrapolated scale-out, up to this much. 0 turns it off, which `bench cv` chose: with the
+    # envelope on, 0.1 bought no second within the SLO on any family and cost worker-seconds on most.
+    capacity_spread_max: float = 0.0
 
     @property
     def rescale_budget(self) -> int:

@@ -128,7 +128,37 @@ TRUSTED_LOAD = 0.5  # … unless it was observed at this load or more: its estim
 
 
 def corrected_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """C_i for i = 1 … max corrected by what observation taught, and which of them were observed.
+    """C_i for i = 1 … max corrected by what observation taught (`learned_capacities`, then `plateau`), and which
+    of them were observed."""
+    caps, observed, notes = learned_capacities(a)
+    caps, note = plateau(caps, observed)
+    return caps, observed, notes + ((note,) if note else ())
+
+
+def plateau(caps: np.ndarray, observed: np.ndarray) -> tuple[np.ndarray, str]:
+    """No unobserved scale-out is predicted above what the job reached once more workers bought nothing: where an
+    observed scale-out b came out no higher than a smaller observed a (a stage that does not scale, a shared
+    machine), every unobserved scale-out above a is capped at the best capacity observed from a up. Extrapolating
+    per worker past that would promise the capacity the rescale from a to b was just seen not to deliver, and the
+    planner would try again (a bottleneck: once an hour, each time the ceiling expires)."""
+    seen = np.flatnonzero(observed) + 1
+    flat = [j for j in seen if any(caps[b - 1] <= caps[j - 1] for b in seen if b > j)]
+    if not flat:
+        return caps, ""
+    start = int(flat[0])
+    best = float(max(caps[j - 1] for j in seen if j >= start))
+    capped = ~observed & (np.arange(1, caps.size + 1) > start) & (caps > best)
+    if not capped.any():
+        return caps, ""
+    bought = ", ".join(f"C_{j} {caps[j - 1]:,.0f}/s" for j in seen if j >= start)
+    return np.where(capped, best, caps), (
+        f"capacity plateau: more workers than {start} bought nothing observed ({bought}): no unobserved scale-out "
+        f"above {start} is predicted above {best:,.0f}/s")
+
+
+def learned_capacities(a: Analysis) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """C_i for i = 1 … max from the capacity model, corrected where observation contradicted extrapolation, and
+    which of them were observed.
 
     The capacity model extrapolates an unobserved scale-out i as i × the mean worker capacity now. Where an
     observed scale-out j came out at a ratio r_j = C_j / (j × that mean) below 1, the extrapolations are

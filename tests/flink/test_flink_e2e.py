@@ -23,7 +23,8 @@ The assertions are the issue's:
 - every executed rescale has an observed recovery time (the paper's anomaly detector on workload − throughput, in
   the ledger) within 20 % or 10 s of the time its backlog (the source's pending records) took to return to its
   level before the rescale, unless the job was rescaled again before it recovered (its monitor then ends, saying
-  so) or before its backlog came back (the backlog then measures what followed), and no recovery monitor ended otherwise than recovered, superseded or given up with its reason;
+  so) or before its backlog came back (the backlog then measures what followed), and no recovery monitor ended
+  otherwise than recovered, superseded or given up with its reason;
 - no JVM is left running, and the cluster stayed under 3 GiB resident.
 """
 

@@ -420,3 +420,18 @@ def test_the_capacity_spread_is_the_largest_miss_of_an_interpolation_of_observed
     capped = planner_mpc.capacity_spread(np.array([100.0, 180.0, 300.0]), np.array([True] * 3), 0.1)
     assert capped == 0.1  # 11 %: capped
     assert planner_mpc.capacity_spread(caps, np.array([True, False, False, True]), 0.1) == 0.0  # two observed: unknown
+
+
+def test_no_unobserved_scale_out_is_predicted_above_a_plateau_the_job_was_seen_to_reach():
+    # Observed: 1,500/s at 2 and 1,450/s at 4 (a stage that does not scale). Extrapolated per worker, 3 would be
+    # 2,250/s and 8 3,000/s: every unobserved scale-out above 2 is capped at the best seen from 2 up, 1,500/s.
+    caps = np.array([750.0, 1500.0, 2250.0, 1450.0, 1812.5, 2175.0, 2537.5, 2900.0])
+    observed = np.array([False, True, False, True, False, False, False, False])
+    capped, note = planner_mpc.plateau(caps, observed)
+    np.testing.assert_array_equal(capped, [750.0, 1500.0, 1500.0, 1450.0, 1500.0, 1500.0, 1500.0, 1500.0])
+    assert note.startswith("capacity plateau: more workers than 2 bought nothing observed (C_2 1,500/s, C_4 1,450/s)")
+    # Where every observed scale-out delivered more than the smaller ones, nothing changes.
+    rising = np.array([750.0, 1500.0, 2250.0, 2900.0, 3600.0, 4300.0, 5000.0, 5700.0])
+    unchanged, note = planner_mpc.plateau(rising, observed)
+    np.testing.assert_array_equal(unchanged, rising)
+    assert note == ""
