@@ -30,6 +30,8 @@ from daedalus.models.ports import Target
 from daedalus.models.text import duration, number, percent
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from daedalus.runtime.local_prefect import LocalPrefect
 
 
@@ -226,8 +228,22 @@ def run_policy(workload_values: Any, policy: str, max_scaleout: int, peak_utiliz
     return result, score(result)
 
 
+def generated(workload: Path, hours: float | None) -> np.ndarray | None:
+    """The trace of a generated family's draw named like `heavy-tailed-1` (the benchmark's own, so a cell of `bench
+    policies` is one `simulate` away; `hours`: its first hours), else None: a path."""
+    from daedalus.bench import families
+
+    named = families.parse(str(workload))
+    if len(named) != 1 or str(workload) != families.name(*named[0]):
+        return None
+    values = families.generate(*named[0])
+    return values if hours is None else values[:max(1, round(hours * 3600))]
+
+
 def simulate(
-    workload: Annotated[Path, typer.Option(help="Workload trace (second|count, timestamp|value or date,messages)")],
+    workload: Annotated[Path, typer.Option(help="Workload trace (second|count, timestamp|value or date,messages), "
+                                                "or a generated family and its seed, as `bench policies` names it "
+                                                "(heavy-tailed-1)")],
     json_out: Annotated[Path, typer.Option("--json", help="Where to write the report (JSON)")],
     policy: Annotated[str, typer.Option(help=f"One of {', '.join(policies.names())} (oracle: the offline optimum, "
                                              "knowing the whole run)")] = "daedalus",
@@ -248,7 +264,8 @@ def simulate(
     if policy not in policies.names():
         fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
-        values = load_workload(workload, hours=hours)
+        values = generated(workload, hours) if not workload.exists() else None
+        values = load_workload(workload, hours=hours) if values is None else values
         with tempfile.TemporaryDirectory() as tmp:
             result, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
                                    cli_bench.loop_overrides(target_recovery, scale_in_interval,

@@ -72,3 +72,17 @@ def test_the_summary_reads_for_people():
                 "downtime 6 min 12 s", "capacity error median / p95 0.7 % / 5.5 %", "forecast WAPE median < 0.1 %",
                 "loop cost: analyze + plan, median / p95 74.9 ms / 133 ms"):
         assert row in text, text
+
+
+def test_simulate_runs_a_generated_family_by_its_benchmark_name(tmp_path):
+    # `flat-0` is the benchmark's own draw (bench.families), of which --hours keeps the first quarter hour; no file
+    # of that name exists.
+    out = tmp_path / "flat.json"
+    result = run("simulate", "--workload", "flat-0", "--policy", "static", "--max-scaleout", 4, "--hours", 0.25,
+                 "--json", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["workload"] == "flat-0" and report["duration_s"] == 900
+    # A name that is no family's draw is still read as a path, and a missing path says so.
+    result = run("simulate", "--workload", "flat-x", "--policy", "static", "--json", tmp_path / "x.json")
+    assert result.exit_code == 1 and "flat-x" in flat(result.output) and not (tmp_path / "x.json").exists()
