@@ -54,16 +54,12 @@ class ControlMessage:
         if self.kind not in KINDS:
             raise ValueError(f"unknown control message kind {self.kind!r}; known: {', '.join(KINDS)}")
 
-    def answer_label(self, target: int | None = None) -> str:
-        """An answer (approve, reject) as the ledger records it: `rejected by bob: peak ahead`, `approved by alice
-        at 6: peak at noon` (`target`: the scale-out approved, else the message's own). The approval page quotes it
+    def answer_label(self) -> str:
+        """An answer (approve, reject) as the ledger records it, who and why: `rejected by bob: peak ahead`,
+        `approved by alice: peak at noon` (the scale-out approved is the entry's target). The approval page quotes it
         alike whether the loop has applied the answer yet or not."""
-        b = self.body
-        who = b.get("operator", "an operator")
-        if self.kind == "reject":
-            return f"rejected by {who}: {b.get('reason') or ''}".rstrip(": ")
-        at = target if target is not None else b.get("scaleout")
-        return (f"approved by {who}" + (f" at {at}" if at else "") + f": {b.get('reason') or ''}").rstrip(": ")
+        verb = "rejected" if self.kind == "reject" else "approved"
+        return f"{verb} by {self.body.get('operator', 'an operator')}: {self.body.get('reason') or ''}".rstrip(": ")
 
     def describe(self) -> str:
         """One line for people: `approve ads-1767225600 at scale-out 6 by alice`, not the body's dict."""
@@ -159,12 +155,12 @@ def apply_messages(k: Knowledge, messages: list[ControlMessage], cfg: LoopConfig
                 continue
             if entry is not None:
                 entry.target = target
-                k.move(entry, "approved", asked, now, msg.answer_label(target), who, why)
+                k.move(entry, "approved", asked, now, msg.answer_label(), who, why)
             k.pending = None
             out.closed.append((p.id, "approved"))
             _end_hold(k, wall_now)  # the operator took the loop's plan: the loop decides again
             out.decision, out.manual = _operator_decision(
-                k, msg, current, target, f"approved by {who}: {why}" if why else f"approved by {who}"), False
+                k, msg, current, target, msg.answer_label()), False
             out.notes.append(f"proposal {p.id} approved by {who}: {current} → {target}")
         elif msg.kind == "scale":
             target = int(b["scaleout"])

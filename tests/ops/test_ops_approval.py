@@ -145,7 +145,7 @@ def test_an_answer_recorded_outside_the_approval_run_is_found_in_the_inbox_then_
     assert recorded_answer(store_url, "ads", pid) is None
     post_answer(ads, pid, "approve", 8, "alice", "peak at noon", store_url, given=k.pending.created + 30)
     outcome, what = recorded_answer(store_url, "ads", pid)
-    assert outcome == "approved" and what.startswith(f"proposal {pid} approved by alice at 8: peak at noon, given at ")
+    assert outcome == "approved" and what.startswith(f"proposal {pid} approved by alice: peak at noon, given at ")
     waiting = Store(store_url).job("ads").pending()
     apply_messages(k, [m for _, m in waiting], ads.loop_config(), current=4, now=k.pending.created + 60)
     Store(store_url).job("ads").ack([p for p, _ in waiting])

@@ -99,7 +99,7 @@ def test_a_monitor_gives_up_at_its_wait_and_says_why() -> None:
 
 def test_the_wait_is_the_jobs_own_max_recovery_within_30_minutes_and_a_callers_limit() -> None:
     assert recovery_wait_s(LoopConfig()) == 1800.0  # max_recovery_s 3,600 s: the deadline's 30 minutes
-    assert recovery_wait_s(compressed_config(4)) == 900.0 and recovery_wait_s(compressed_config(4, 8.0)) == 450.0
+    assert recovery_wait_s(compressed_config(4, 4.0)) == 900.0 and recovery_wait_s(compressed_config(4)) == 450.0
     assert recovery_wait_s(LoopConfig(), timeout_s=90.0) == 90.0 and recovery_wait_s(LoopConfig(), 5_000.0) == 1800.0
 
 
