@@ -282,7 +282,8 @@ def answer(proposal: str, decision: str, scaleout: int | None, operator: str, re
     `given` (the command's start): once this returns the answer is on disk where the loop reads it, and a proposal
     answered before its deadline is honoured even when the loop's run starts after it. No Prefect call: an answer
     must not wait for a busy server or worker (the loop closes the proposal's approval run when it applies it)."""
-    from daedalus.tasks.approval import Refused, post_answer
+    from daedalus.connectors.answers import post_answer
+    from daedalus.models.errors import Refused
 
     job, store_url = proposal.rsplit("-", 1)[0], resolved.settings.store
     spec = known_job(resolved, job)
@@ -455,7 +456,7 @@ def scale(
 
     Recorded in the job's inbox before the command returns, dated when it started; applied at the loop's next run.
     """
-    from daedalus.tasks.approval import post_manual_scale
+    from daedalus.connectors.answers import post_manual_scale
 
     given = time.time()
     try:

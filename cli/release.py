@@ -25,7 +25,7 @@ def release(
     store: Store = None,
 ) -> None:
     """Lift a job's quarantine by metric validation: its loop scales again from its next run."""
-    from daedalus.tasks.validate import post_release
+    from daedalus.connectors.answers import post_release
 
     try:
         resolved = resolve(store=store, jobs_file=jobs_file)

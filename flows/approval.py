@@ -1,4 +1,5 @@
-"""Operator flows: approving or rejecting a scale proposal, and scaling a job by hand (tasks/approval.py)."""
+"""Operator flows: approving or rejecting a scale proposal, and scaling a job by hand (tasks/approval.py shows the
+proposal; connectors/answers.py checks and posts the answer)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
+from daedalus.connectors.answers import post_answer, post_manual_scale, recorded_answer
 from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
+from daedalus.models.errors import Refused
 from daedalus.models.text import utc
 from daedalus.tasks.approval import (
     OUTCOME_STATES,
     ApprovalRequest,
-    Refused,
     answer_model,
     approval_form_markdown,
     approval_markdown,
     outcome_markdown,
-    post_answer,
-    post_manual_scale,
-    recorded_answer,
 )
 from daedalus.tasks.artifacts import artifact_key
 

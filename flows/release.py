@@ -1,5 +1,5 @@
 """The `release-job` flow: lift a job's metric-validation quarantine from the Prefect UI, as `daedalus release`
-does from a terminal (tasks/validate.py `post_release`)."""
+does from a terminal (connectors/answers.py `post_release`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
+from daedalus.connectors.answers import post_release
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
 from daedalus.tasks.artifacts import artifact_key
-from daedalus.tasks.validate import post_release
 
 
 @flow(name="release-job", description="Lift a job's quarantine by metric validation by hand; recorded in its ledger.")

@@ -5,7 +5,8 @@
     ├── WorkloadError        a workload trace cannot be read: names the file and line
     ├── KnowledgeError       a stored knowledge version is corrupt or of an unknown schema
     ├── ConnectorError       Prometheus, Kubernetes or the store did not answer as expected
-    └── ValidationError      data failed a quality check; the loop holds instead of acting
+    ├── ValidationError      data failed a quality check; the loop holds instead of acting
+    └── Refused              an operator's request that cannot be applied: says why and what would be accepted
 """
 
 
@@ -31,3 +32,7 @@ class ConnectorError(DaedalusError):
 
 class ValidationError(DaedalusError):
     """Metric data failed validation; nothing may be scaled on it."""
+
+
+class Refused(DaedalusError):
+    """An operator's request that cannot be applied; the message says why and what would be accepted."""

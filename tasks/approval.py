@@ -1,29 +1,25 @@
-"""Operator actions: the proposal an operator sees, and checking and posting an answer or a manual scale.
+"""Approval: the proposal an operator sees, and two tasks of the loop's run — starting the `approve-scale` run of a
+new proposal, and closing the waiting runs of proposals answered, expired or superseded outside them.
 
 The loop never blocks on an operator. In `approve` mode it records a proposal (models/loop/execute.py) and starts an
 `approve-scale` flow run, which suspends itself waiting for an answer from the Prefect UI (a form with the job's
-limits). `daedalus approve|reject` does not go through that run: it posts the answer to the job's inbox itself,
-dated when it was given, so the answer is durable before the command returns and needs no worker. Either way the
-answer is checked against the job's knowledge (read, never written); the loop's next run applies it
-(models/loop/messages.py checks again) and closes the approval run with its outcome. An unanswered proposal expires:
-the loop drops it and closes its run, nothing happens.
-`scale-job` posts a manual action the same way, refused outside the job's limits. The flows are in
-flows/approval.py; the kill switch is the job store's (connectors/store.py), the blackout windows are in
-connectors/switches.py.
+limits). `daedalus approve|reject` does not go through that run: it posts the answer to the job's inbox itself
+(connectors/answers.py), dated when it was given, so the answer is durable before the command returns and needs no
+worker. The loop's next run applies it (models/loop/messages.py) and closes the approval run with its outcome. An
+unanswered proposal expires: the loop drops it and closes its run, nothing happens. The flows are in
+flows/approval.py.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, create_model
 
-from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import JobSpec
-from daedalus.connectors.store import Store
-from daedalus.models.errors import DaedalusError
-from daedalus.models.loop.messages import ANSWER_GRACE_S, check_scaleout
 from daedalus.models.text import capacity_source, duration, numbered, utc
 
 if TYPE_CHECKING:
@@ -33,10 +29,6 @@ if TYPE_CHECKING:
     from daedalus.models.loop.iteration import Iteration
 
 APPROVE_DEPLOYMENT = "approve-scale/approve-scale"
-
-
-class Refused(DaedalusError):
-    """An operator's request that cannot be applied; the message says why and what would be accepted."""
 
 
 # --- the proposal an operator sees ----------------------------------------------------------------
@@ -163,102 +155,9 @@ def answer_model(r: ApprovalRequest) -> type[RunInput]:
     )
 
 
-# --- checking and posting an answer ---------------------------------------------------------------
-
-
-def job_now(spec: JobSpec, store_url: str) -> float:
-    """The job's clock, read without changing anything (a simulated job's clock runs at its speedup)."""
-    if spec.engine != "sim":
-        return WALL.now()
-    from daedalus.connectors.sim_persistent import peek_now
-    from daedalus.models.errors import ConnectorError
-
-    try:
-        return peek_now(spec, store_url)
-    except ConnectorError:  # not simulated yet: its clock starts at the wall clock
-        return WALL.now()
-
-
-def check_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
-                 given: float | None = None) -> int | None:
-    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply (see
-    `checked_answer`)."""
-    return checked_answer(spec, proposal, decision, scaleout, store_url, given)[0]
-
-
-def checked_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, store_url: str,
-                   given: float | None = None, late_ok: bool = False) -> tuple[int | None, float]:
-    """Refuse an answer that cannot apply, before anything is posted; returns the scale-out to apply and the
-    proposal's deadline.
-
-    `given` (default now) is when the operator answered, on the wall clock: the deadline is judged then, not when
-    the answer gets here. One that would land later than half the loop's grace past the deadline is refused too,
-    as too late to be sure the loop sees it before it expires the proposal."""
-    job = spec.name
-    given = WALL.now() if given is None else given
-    if decision == "approve" and scaleout is not None:
-        refusal = check_scaleout(spec.loop_config(), scaleout)
-        if refusal:
-            raise Refused(f"approval of {proposal} refused: {refusal} (min {spec.scaleout.min}, "
-                          f"max {spec.scaleout.max} in the jobs file)")
-    for _, msg in Store(store_url).job(job).pending():
-        if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
-            raise Refused(f"proposal {proposal} was already answered ({msg.kind} by "
-                          f"{msg.body.get('operator', '?')}); the loop applies it at its next run")
-    expires, proposed = pending_proposal(store_url, job, proposal)
-    if given >= expires:
-        raise Refused(f"proposal {proposal} expired at {utc(expires)}, before the answer given at "
-                      f"{utc(given)}: nothing was done")
-    if not late_ok and WALL.now() >= expires + ANSWER_GRACE_S / 2:
-        raise Refused(f"the answer to {proposal}, given at {utc(given)}, arrived at {utc(WALL.now())}: too late to "
-                      f"record before the loop expires the proposal (deadline {utc(expires)}); nothing was done")
-    return (scaleout if scaleout is not None else proposed), expires
-
-
-def pending_proposal(store_url: str, job: str, proposal: str) -> tuple[float, int]:
-    """(deadline, proposed scale-out) of the job's pending proposal `proposal`; Refused, saying what became of it,
-    when it is not pending.
-
-    From the status the job's last loop wrote, when that status describes the newest stored knowledge version:
-    loading the knowledge unpickles its forecaster (statsmodels, a second of CPU that an operator on a busy machine
-    waits for), the status is a small JSON file. Otherwise, and for a refusal's message, from the knowledge."""
-    store = Store(store_url).job(job)
-    status = store.status() or {}
-    p = status.get("pending")
-    if p and p.get("id") == proposal and status.get("knowledge_version") is not None:
-        versions = store.versions()
-        if versions and versions[-1] == status["knowledge_version"]:
-            return float(p["expires"]), int(p["to"])
-    k = store.load().knowledge
-    if k is None:
-        raise Refused(f"no knowledge stored for job {job!r} in {store_url}: no proposal {proposal} to answer")
-    if k.pending is None or k.pending.id != proposal:
-        entry = k.entry(proposal)
-        if entry is None:
-            raise Refused(f"job {job!r} has no proposal {proposal}")
-        raise Refused(f"proposal {proposal} is no longer pending: it was {entry.state}")
-    return k.pending.expires, k.pending.target
-
-
-def post_answer(spec: JobSpec, proposal: str, decision: str, scaleout: int | None, operator: str, reason: str,
-                store_url: str, given: float | None = None, late_ok: bool = False) -> dict[str, Any]:
-    """Check, then post the answer to the job's inbox for its loop to apply: once this returns the answer is on
-    disk, dated `given` (default now), with who and why, for the ledger. `late_ok`: an answer given in time that
-    reaches the store after the loop's grace (a UI answer whose run a busy worker resumed late) is still posted
-    while the proposal is pending, rather than refused; the loop applies it if it has not expired the proposal."""
-    given = WALL.now() if given is None else given
-    target, expires = checked_answer(spec, proposal, decision, scaleout, store_url, given, late_ok)
-    body: dict[str, Any] = {"proposal": proposal, "operator": operator, "reason": reason, "wall": given}
-    if decision == "approve":
-        body["scaleout"] = target
-    msg = Store(store_url).job(spec.name).post(decision, body, now=job_now(spec, store_url))
-    return {"job": spec.name, "proposal": proposal, "decision": decision, "scaleout": body.get("scaleout"),
-            "operator": operator, "reason": reason, "message": msg.id, "given": given, "expires": expires}
-
-
+@task(name="request-approval", cache_policy=NO_CACHE)
 def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> str | None:
     """Start the `approve-scale` run for a new proposal (deployed runs only); returns its flow run id."""
-    from prefect import get_run_logger
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
 
@@ -294,24 +193,7 @@ def _outcome(proposal: str, outcome: str, knowledge: Knowledge | None) -> str:
     return f"proposal {proposal} {outcome}: nothing was done"
 
 
-def recorded_answer(store_url: str, job: str, proposal: str) -> tuple[str, str] | None:
-    """(outcome, what) of an answer to `proposal` recorded outside its approval run — `daedalus approve|reject`
-    writes to the job's inbox, and the loop then to its ledger — or None. An approval run that starts late (a busy
-    worker) must report that answer, not "expired before an operator could answer"."""
-    for _, msg in Store(store_url).job(job).pending():
-        if msg.kind in ("approve", "reject") and msg.body.get("proposal") == proposal:
-            when = f", given at {utc(float(msg.body['wall']))}" if msg.body.get("wall") else ""
-            return ("approved" if msg.kind == "approve" else "rejected",
-                    f"proposal {proposal} {msg.answer_label()}{when}: the job's loop applies it at its next run")
-    k = Store(store_url).job(job).load().knowledge
-    entry = None if k is None else k.entry(proposal)
-    for _, label in reversed(entry.events if entry is not None else []):
-        if label.startswith(("approved", "rejected")):
-            return ("approved" if label.startswith("approved") else "rejected",
-                    f"proposal {proposal} {label} (recorded in the job's ledger)")
-    return None
-
-
+@task(name="close-approval-runs", cache_policy=NO_CACHE)
 def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], ...],
                         knowledge: Knowledge | None = None) -> None:
     """Finish the waiting `approve-scale` run of each proposal that was answered outside it (`daedalus approve`),
@@ -319,7 +201,6 @@ def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], .
     page: an unanswered proposal is a normal outcome, not a failure."""
     if not closed:
         return
-    from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
@@ -344,16 +225,3 @@ def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], .
                                              description=f"Proposal {proposal}: {outcome}")
 
 
-def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str,
-                      given: float | None = None) -> str:
-    """Refuse a manual action outside the job's limits, else post it to the job's inbox, dated `given` (default
-    now: when it was asked)."""
-    refusal = check_scaleout(spec.loop_config(), scaleout)
-    if refusal:
-        raise Refused(f"manual scale of {spec.name!r} refused: {refusal} (min {spec.scaleout.min}, "
-                      f"max {spec.scaleout.max} in the jobs file)")
-    if not reason.strip():
-        raise Refused(f"manual scale of {spec.name!r} refused: give a reason; it goes into the ledger")
-    body = {"scaleout": scaleout, "reason": reason, "operator": operator,
-            "wall": WALL.now() if given is None else given}
-    return Store(store_url).job(spec.name).post("scale", body, now=job_now(spec, store_url)).id

@@ -47,7 +47,7 @@ def publish(it: Iteration, knowledge: Knowledge, store: JobStore, mode: str, sto
     record = {**status_record(it, knowledge, mode, stop, wall),
               "news_wall": wall if news else previous.get("news_wall"),
               # which stored knowledge this status describes: `daedalus approve` trusts its pending proposal
-              # only while no newer version exists (tasks/approval.py pending_proposal)
+              # only while no newer version exists (connectors/answers.py pending_proposal)
               "knowledge_version": version}
     history = record_forecast(store.read_json(FORECASTS), it.analysis.forecast)
     store.write_json(FORECASTS, history)

@@ -6,7 +6,7 @@ Only for a failed check, one Spark aggregation splits its unexpected rows by job
 rows per job, by the same condition the expectation tests. A clean fleet (the usual case) costs one suite run.
 An empty window runs no suite: it is reported with the lake's newest row, never passed as clean.
 
-An operator's release of a quarantine (`post_release`) is posted here too, next to the quarantines.
+An operator's release of a quarantine is posted by connectors/answers.py (`post_release`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from daedalus.connectors.jobs import JobSpec
+from daedalus.connectors.answers import quarantined
 from daedalus.connectors.lake import Lake
 from daedalus.connectors.spark import SparkSettings, by_job, read_lake, session
-from daedalus.connectors.store import JobStore, Store
+from daedalus.connectors.store import Store
 from daedalus.models.expectations import (
     STEP_COLUMNS,
     Check,
@@ -39,8 +39,6 @@ from daedalus.models.expectations import (
     ValidationReport,
     checks,
 )
-from daedalus.models.loop.messages import ControlMessage
-from daedalus.tasks.approval import Refused
 from daedalus.tasks.artifacts import artifact_key
 
 if TYPE_CHECKING:
@@ -273,28 +271,6 @@ def validate_window(lake_url: str, since: float, until: float, settings: SuiteSe
     return validate(Lake(lake_url), since, until, settings, spark_settings, jobs)
 
 
-def _quarantined(store: JobStore) -> bool:
-    """Quarantined now, or about to be (a quarantine message the loop has not applied yet)."""
-    waiting = [m.kind for _, m in store.pending() if m.kind in ("quarantine", "release")]
-    if waiting:
-        return waiting[-1] == "quarantine"
-    knowledge = store.load().knowledge
-    return knowledge is not None and knowledge.quarantine is not None
-
-
-def post_release(spec: JobSpec, reason: str, operator: str, store_url: str) -> ControlMessage:
-    """An operator lifts a job's quarantine (`daedalus release`, the `release-job` flow): validation was wrong, or
-    the job cannot wait. Refused without a reason or when nothing is quarantined; the loop applies it at its next
-    run, with who released it and why."""
-    if not reason.strip():
-        raise Refused(f"release of {spec.name!r} refused: give a reason; it goes into the ledger")
-    store = Store(store_url).job(spec.name)
-    if not _quarantined(store):
-        raise Refused(f"release of {spec.name!r} refused: {spec.name} is not quarantined (or its release already "
-                      "waits for its loop)")
-    return store.post("release", {"operator": operator, "reason": reason})
-
-
 @task(name="quarantine-or-release", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5])
 def quarantine_or_release(store_url: str, report: ValidationReport) -> dict[str, list[str]]:
     """Quarantine every job that failed (its loop holds and says why); release a quarantined job that passed."""
@@ -307,7 +283,7 @@ def quarantine_or_release(store_url: str, report: ValidationReport) -> dict[str,
             store.post("quarantine", {"reason": f"metric validation of the window ending {stamp} failed: "
                                                      f"{verdict.reason()}"})
             out["quarantined"].append(job)
-        elif _quarantined(store):
+        elif quarantined(store):
             store.post("release", {})
             out["released"].append(job)
     return out

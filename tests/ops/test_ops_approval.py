@@ -12,8 +12,16 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from daedalus.connectors.answers import (
+    checked_answer,
+    pending_proposal,
+    post_answer,
+    post_manual_scale,
+    recorded_answer,
+)
 from daedalus.connectors.store import Store
 from daedalus.connectors.switches import stop_reason
+from daedalus.models.errors import Refused
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.iteration import PLAIN, iterate
 from daedalus.models.loop.messages import ANSWER_GRACE_S, apply_messages
@@ -22,16 +30,7 @@ from daedalus.sim.job import SimulatedJob
 from daedalus.sim.scenario import scenario
 from daedalus.sim.simulator import Simulator
 from daedalus.sim.workloads import sine_workload
-from daedalus.tasks.approval import (
-    ApprovalRequest,
-    Refused,
-    answer_model,
-    approval_form_markdown,
-    approval_markdown,
-    check_answer,
-    post_answer,
-    post_manual_scale,
-)
+from daedalus.tasks.approval import ApprovalRequest, answer_model, approval_form_markdown, approval_markdown
 from tests.ops.conftest import T0, with_proposal
 
 
@@ -138,7 +137,6 @@ def test_answered_proposals_are_refused(ads, store_url):
 
 def test_an_answer_recorded_outside_the_approval_run_is_found_in_the_inbox_then_in_the_ledger(ads, store_url):
     # Issue 36: the approval run that started after the deadline said "Expired" for an answer given in time.
-    from daedalus.tasks.approval import recorded_answer
 
     k = with_proposal(ads, store_url, created=time.time())
     pid = k.pending.id
@@ -169,7 +167,6 @@ def test_reject_posts_the_reason(ads, store_url):
 def test_an_answer_reads_the_status_of_the_newest_knowledge_not_the_knowledge(monkeypatch, ads, store_url):
     # Issue 36: loading the knowledge (its forecaster unpickles statsmodels) took a second of an answer's three.
     from daedalus.connectors.store import JobStore
-    from daedalus.tasks.approval import pending_proposal
 
     k = with_proposal(ads, store_url, created=time.time(), target=7)
     p, newest = k.pending, Store(store_url).job("ads").versions()[-1]
@@ -190,7 +187,7 @@ def test_an_answer_reads_the_status_of_the_newest_knowledge_not_the_knowledge(mo
 
 def test_check_answer_defaults_to_the_proposed_scaleout(ads, store_url):
     k = with_proposal(ads, store_url, created=time.time(), target=7)
-    assert check_answer(ads, k.pending.id, "approve", None, store_url) == 7
+    assert checked_answer(ads, k.pending.id, "approve", None, store_url) == (7, k.pending.expires)
 
 
 def test_manual_scale_refusals_name_the_limits(ads, store_url):
