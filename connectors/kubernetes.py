@@ -29,14 +29,28 @@ from typing import TYPE_CHECKING, Any
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from daedalus.connectors.fields import label_problem, subdomain_problem
+from daedalus.connectors.polling import poll
 from daedalus.models.errors import ConfigurationError, ConnectorError
 
 if TYPE_CHECKING:
     from daedalus.connectors.jobs import JobSpec
 
 MERGE_PATCH = "application/merge-patch+json"
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: a 5xx, an answer with no status, a timeout or a refused connection."""
+    if isinstance(exc, ApiException):
+        return exc.status is None or exc.status >= 500
+    return isinstance(exc, urllib3.exceptions.HTTPError)
+
+
+def _conflict(exc: BaseException) -> bool:
+    """Someone else wrote between our read and our patch: read again and retry."""
+    return isinstance(exc, ApiException) and exc.status == 409
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,12 @@ class KubernetesScaler:
         self.ready_timeout_s, self.attempts, self.backoff_s = ready_timeout_s, attempts, backoff_s
         self.request_timeout_s = request_timeout_s
         self._sleep = sleep
+        # The two retry policies: a request's (transient failures, with backoff) and a patch's (409 conflicts,
+        # re-read at once). Anything else is raised as it is.
+        self._requests = Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(attempts),
+                                  wait=wait_exponential(multiplier=backoff_s, max=10.0), sleep=sleep, reraise=True)
+        self._conflicts = Retrying(retry=retry_if_exception(_conflict), stop=stop_after_attempt(attempts),
+                                   reraise=True)
         self._apps = client.AppsV1Api(api)
         self._custom = client.CustomObjectsApi(api)
 
@@ -105,20 +125,13 @@ class KubernetesScaler:
     # --- HTTP with retries ------------------------------------------------------------------------
 
     def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
-        """Retry 5xx, timeouts and connection errors with backoff; anything else is raised as it is."""
-        delay, attempt = self.backoff_s, 1
-        while True:
-            try:
-                return call()
-            except ApiException as exc:
-                if exc.status is None or exc.status < 500 or attempt >= self.attempts:
-                    raise
-            except urllib3.exceptions.HTTPError as exc:
-                if attempt >= self.attempts:
-                    raise ConnectorError(f"{self.target}: {what} failed after {attempt} attempts: "
-                                         f"API server unreachable or timing out ({type(exc).__name__}: {exc})") from exc
-            self._sleep(delay)
-            delay, attempt = min(2 * delay, 10.0), attempt + 1
+        """`call` under the request policy; an API server still unreachable after the last attempt is a
+        ConnectorError, an ApiException is raised as it is."""
+        try:
+            return self._requests(call)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ConnectorError(f"{self.target}: {what} failed after {self.attempts} attempts: API server "
+                                 f"unreachable or timing out ({type(exc).__name__}: {exc})") from exc
 
     def _read(self) -> dict[str, Any]:
         """The target's Scale object as the API returns it (raw JSON: no client-side model validation)."""
@@ -168,43 +181,43 @@ class KubernetesScaler:
 
     def scale(self, job: str, target: int, decision_id: str, dry_run: bool = False) -> str:
         """Apply (or, with dry_run, have the API server validate) the new scale-out; returns a ledger message."""
-        for _ in range(self.attempts):
-            try:
-                scale = self._read()
-                before = self._replicas(scale)
-                if before == target:
-                    return f"{self.target} already at {target}: nothing to patch (decision {decision_id})"
-                version = (scale.get("metadata") or {}).get("resourceVersion")
-                self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run)
-            except ApiException as exc:
-                if exc.status == 409:
-                    continue  # someone else wrote in between: read again and retry
-                raise self._failed(exc, "dry-run patch" if dry_run else "patch") from exc
-            if dry_run:
-                return f"dry run accepted by the API server: would scale {self.target} {before} → {target}"
-            return f"scaled {self.target} {before} → {target} (decision {decision_id}); {self._wait_ready(target)}"
-        raise ConnectorError(f"{self.target}: {self.attempts} conflicts in a row (409): the object keeps changing; "
-                             "not scaled")
+        try:
+            return self._conflicts(self._scale_once, target, decision_id, dry_run)
+        except ApiException as exc:
+            if _conflict(exc):
+                raise ConnectorError(f"{self.target}: {self.attempts} conflicts in a row (409): the object keeps "
+                                     "changing; not scaled") from exc
+            raise self._failed(exc, "dry-run patch" if dry_run else "patch") from exc
+
+    def _scale_once(self, target: int, decision_id: str, dry_run: bool) -> str:
+        """Read, and patch with the resourceVersion read (a 409 if it changed since)."""
+        scale = self._read()
+        before = self._replicas(scale)
+        if before == target:
+            return f"{self.target} already at {target}: nothing to patch (decision {decision_id})"
+        version = (scale.get("metadata") or {}).get("resourceVersion")
+        self._patch({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}}, dry_run)
+        if dry_run:
+            return f"dry run accepted by the API server: would scale {self.target} {before} → {target}"
+        return f"scaled {self.target} {before} → {target} (decision {decision_id}); {self._wait_ready(target)}"
 
     # --- readiness ----------------------------------------------------------------------------
 
     def _wait_ready(self, target: int) -> str:
         """Until the Scale object's status shows `target` replicas (see the module docstring for what that says)."""
         started = time.monotonic()
-        pause = 0.5
-        while True:
+
+        def probe() -> tuple[bool, str]:
             try:
                 replicas = (self._read().get("status") or {}).get("replicas") or 0
-                ok, how = replicas == target, f"the controller reports {replicas} of {target} replicas"
             except (ApiException, ConnectorError) as exc:
-                ok, how = False, f"status unreadable ({exc})"
-            waited = time.monotonic() - started
-            if ok:
-                return f"ready after {waited:.1f} s"
-            if waited + pause > self.ready_timeout_s:
-                return f"not ready within {self.ready_timeout_s:g} s ({how})"
-            self._sleep(pause)
-            pause = min(2 * pause, 5.0)
+                return False, f"status unreadable ({exc})"
+            return replicas == target, f"the controller reports {replicas} of {target} replicas"
+
+        ok, how = poll(probe, self.ready_timeout_s, self._sleep, first=0.5, most=5.0)
+        if ok:
+            return f"ready after {time.monotonic() - started:.1f} s"
+        return f"not ready within {self.ready_timeout_s:g} s ({how})"
 
 
 def _api_client(job: str) -> client.ApiClient:

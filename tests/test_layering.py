@@ -196,11 +196,6 @@ def test_models_keeps_at_its_top_only_what_every_room_shares() -> None:
     assert {"iteration", "monitor", "analyze", "verify", "plan", "execute", "messages"} <= loop
 
 
-# The Kubernetes scaler keeps its own loops for now: through tenacity, a faulted call's frames (a whole loop run's)
-# stayed reachable and the fault soak's memory grew by 8,500 objects in 800 loops (tests/faults/test_soak.py).
-HAND_WRITTEN = {"kubernetes.py"}
-
-
 def _sleeps_in_loops(path: Path) -> list[int]:
     """Lines of a sleep called inside a for or while loop: a hand-written retry or poll."""
     found = []
@@ -213,7 +208,7 @@ def _sleeps_in_loops(path: Path) -> list[int]:
 
 def test_no_connector_retries_or_polls_by_hand(tmp_path: Path) -> None:
     """Each connector states its retry policy in tenacity (and waits through connectors/polling.poll)."""
-    by_hand = [f"{p.relative_to(ROOT)}:{line}" for p in _modules()["connectors"] if p.name not in HAND_WRITTEN
+    by_hand = [f"{p.relative_to(ROOT)}:{line}" for p in _modules()["connectors"]
                for line in _sleeps_in_loops(p)]
     assert not by_hand, "a sleep inside a loop (use tenacity, or connectors.polling.poll):\n" + "\n".join(by_hand)
     probe = tmp_path / "probe.py"

@@ -309,6 +309,12 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
     memory: dict[int, dict[str, float]] = {}
     sizes = np.zeros((ITERATIONS + 1, 2))  # per iteration, its observation's objects and bytes (0: killed)
     started = time.monotonic()
+    # The same for an object that fails while the garbage collector frees it (a socket the fake API server's late
+    # answers left open: ResourceWarning): pytest keeps each with its traceback, whose frames are those running when
+    # the collector ran, often a knowledge being loaded. Two such in 1,000 loops held 22,000 objects. Counted here,
+    # not kept.
+    unraisable: Counter[str] = Counter()
+    pytest_hook, sys.unraisablehook = sys.unraisablehook, lambda u: unraisable.update([type(u.exc_value).__name__])
 
     for i in range(1, ITERATIONS + 2):  # the last iteration draws no fault: it settles what the one before left
         draw = i <= ITERATIONS
@@ -338,6 +344,7 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
             memory[i] = {"blocks": sys.getallocatedblocks(), "malloc": _malloc_in_use(), "rss": _rss_mib(),
                          "ledger_objects": objects, "ledger_bytes": size}
     elapsed = time.monotonic() - started
+    sys.unraisablehook = pytest_hook
 
     final = store.job(JOB).load().knowledge
     assert final is not None
@@ -351,7 +358,9 @@ def test_a_thousand_iterations_under_faults_apply_every_action_exactly_once(loop
           f"{dict(Counter(e.state for e in final.ledger))}")
     print(f"faults drawn {sum(faults.drawn.values())}, fired {sum(faults.fired.values())} (fired/drawn): "
           + ", ".join(f"{kind} {faults.fired[kind]}/{faults.drawn[kind]}" for kind in KINDS))
-    print(f"scaler backoff pauses: {len(sleeps)} ({sum(sleeps):.1f} s requested, not slept)")
+    print(f"scaler backoff pauses: {len(sleeps)} ({sum(sleeps):.1f} s requested, not slept); errors while freeing an "
+          f"object: {dict(unraisable)}")
+    assert set(unraisable) <= {"ResourceWarning"}, f"an object failed while being freed: {dict(unraisable)}"
 
     # Every write that changed the replica count came from one decision's scale calls, one write per decision ...
     assert sum(len(w) for w in writes.values()) == len(changes), "a write outside the scaler"
