@@ -38,13 +38,13 @@ DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 
 # The dialog as the page lays it out: its title, the description's first heading (none expected), every element
 # inside the dialog that scrolls by itself, its text, and whether the operator field starts empty.
-FIELD = """// The input of the form field labelled `label`: the nearest container of the label's text that holds one.
-const field = (body, label) => {
-    const el = [...body.querySelectorAll('*')].find(e => e.children.length === 0 &&
-                                                        e.textContent.trim().startsWith(label));
-    let c = el;
-    while (c && c !== body && !c.querySelector('textarea, input')) c = c.parentElement;
-    return c && c !== body ? c.querySelector('textarea, input') : null;
+FIELD = """// The input of the form field labelled `label` (the schema form's "Operator", "Reason (Optional)").
+var field = (body, label) => {  // var: every script the page evaluates declares it again
+    const property = [...body.querySelectorAll('.schema-form-property')].find(p => {
+        const l = p.querySelector('.schema-form-property__label');
+        return l && l.textContent.replace('(Optional)', '').trim() === label;
+    });
+    return property ? property.querySelector('textarea, input') : null;
 };
 """
 SEEN = FIELD + """(() => {
@@ -93,7 +93,7 @@ async def _answer_through_the_form(ws_url: str, url: str, shots: Path, api_url: 
         shot = await p.call("Page.captureScreenshot", format="png")
         shots.mkdir(parents=True, exist_ok=True)
         (shots / "resume-form.png").write_bytes(base64.b64decode(shot["data"]))
-        await _type(p, "Reason", "peak at noon")
+        assert await _type(p, "Reason", "peak at noon") == "peak at noon"
         await _submit(p)  # no operator
         await asyncio.sleep(3)
         given = time.time()
@@ -101,18 +101,28 @@ async def _answer_through_the_form(ws_url: str, url: str, shots: Path, api_url: 
         if not await p.js("!!document.querySelector('.p-modal__body')"):  # the dialog closed on the refusal
             await _open_form(p, url)
             await _type(p, "Reason", "peak at noon")
-        await _type(p, "Operator", "alice")
+        assert await _type(p, "Operator", "alice") == "alice"
         await _submit(p)
         await asyncio.sleep(3)
         return seen, still, given
 
 
-async def _type(p: devtools.Page, label: str, text: str) -> None:
-    """Focus the dialog's field labelled `label` and type `text` as a person does (trusted key input, which the UI's
-    form binds to; setting the value from a script does not reach it)."""
-    await p.js(f"{FIELD}(field(document.querySelector('.p-modal__body'), {label!r}) || {{focus() {{}}}}).focus()")
+async def _type(p: devtools.Page, label: str, text: str) -> str:
+    """Click into the dialog's field labelled `label` and type `text` as a person does (trusted mouse and key input,
+    which the UI's form binds to); the field's value afterwards."""
+    where = await p.js(f"""{FIELD}(() => {{
+        const el = field(document.querySelector('.p-modal__body'), {label!r});
+        if (!el) return null;
+        el.scrollIntoView({{block: 'center'}});
+        const r = el.getBoundingClientRect();
+        return [r.x + r.width / 2, r.y + r.height / 2];
+    }})()""")
+    assert where is not None, f"no field labelled {label!r} in the dialog"
+    for kind in ("mousePressed", "mouseReleased"):
+        await p.call("Input.dispatchMouseEvent", type=kind, x=where[0], y=where[1], button="left", clickCount=1)
     await p.call("Input.insertText", text=text)
     await asyncio.sleep(0.3)
+    return await p.js(f"{FIELD}field(document.querySelector('.p-modal__body'), {label!r}).value")
 
 
 async def _submit(p: devtools.Page) -> None:
@@ -124,10 +134,6 @@ def _run(server_api: str, run_id: str) -> dict[str, Any]:
     return httpx.get(f"{server_api}/flow_runs/{run_id}", timeout=30).json()
 
 
-# Known defect (issue 36, stated in the closing note): the form shows what it should, but a value typed into it from a
-# script does not reach the UI's form state, so the submit never resumes the run. Strict: the day it passes, this
-# marker fails the suite and must go.
-@pytest.mark.xfail(strict=True, reason="a value typed from a script does not reach the resume form's state")
 def test_an_operator_answers_a_proposal_through_the_ui_form(tmp_path):
     jobs_file = write_jobs(tmp_path / "jobs.yaml", [{"name": "payments", "mode": "approve"}],
                            defaults={"scaleout": {"min": 1, "max": 12}})
