@@ -12,6 +12,7 @@ budget weighs as much as 1,000 points of worker-seconds (as % of static), each r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +21,13 @@ from typing import Any
 
 from daedalus.bench.families import FAMILIES
 from daedalus.bench.policies import PAPER, Case, Workload, load_all, resolve_workloads, run_all
+from daedalus.models.config import LoopConfig
+from daedalus.models.errors import ConfigurationError
 
-# The settings searched: the envelope's look-back (0: off; at most the 30 minutes the analysis hands over) and the
-# largest capacity spread added to an extrapolated scale-out's margin (0: off). The forecast band's width
-# (`forecast_z`) stays at 1 × the recent error at each lead: a third axis would double the runs again, more than
-# this machine could afford in the session (docs/benchmark-results.md, issue 38).
+# The settings searched by default: the envelope's look-back (0: off; at most the 30 minutes the analysis hands over)
+# and the largest capacity spread added to an extrapolated scale-out's margin (0: off). Other axes, such as the
+# forecast band's width (`forecast_z`) and the rescale price, are searched one at a time with `--grid`
+# (docs/benchmark-results.md, issue 38).
 GRID: dict[str, tuple[float, ...]] = {"envelope_s": (0.0, 900.0, 1800.0), "capacity_spread_max": (0.0, 0.1)}
 RESCALES_6H = 18
 
@@ -35,6 +38,26 @@ def run_score(report: Mapping[str, Any]) -> float:
     allowed = RESCALES_6H * report["duration_s"] / 21_600
     return (1000.0 * report["seconds_over_slo"] + 1000.0 * (report.get("budget_exceeded") or 0)
             + 100.0 * max(0.0, report["rescales"] - allowed) + report["worker_seconds_pct_of_static"])
+
+
+def parse_grid(axes: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """`["forecast_z=0.5,1,2", …]` → {"forecast_z": (0.5, 1.0, 2.0), …}: numeric settings of `LoopConfig` only,
+    each value checked as the loop would check it."""
+    numeric = {f.name for f in dataclasses.fields(LoopConfig) if f.type in ("float", "int")}
+    grid: dict[str, tuple[float, ...]] = {}
+    for axis in axes:
+        name, _, values = axis.partition("=")
+        name = name.strip()
+        if name not in numeric:
+            raise ConfigurationError(f"--grid {axis!r}: {name!r} is not a numeric loop setting; known: "
+                                     f"{', '.join(sorted(numeric))}")
+        try:
+            grid[name] = tuple(float(v) for v in values.split(","))
+            for v in grid[name]:
+                LoopConfig(**{name: v})
+        except ValueError as exc:
+            raise ConfigurationError(f"--grid {axis!r}: {exc}") from None
+    return grid
 
 
 def settings_grid(grid: Mapping[str, Sequence[float]] = GRID) -> list[dict[str, float]]:

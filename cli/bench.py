@@ -279,16 +279,23 @@ def cv(
     out: Annotated[Path, typer.Option(help="Folder for cv.json and cv.md")] = Path("bench-output/cv"),
     jobs_parallel: Annotated[int, typer.Option(min=1, help="Worker processes")] = os.cpu_count() or 1,
     runs: Annotated[Path | None, typer.Option(help="Keep each run here (one folder per setting) and reuse it")] = None,
+    grid: Annotated[list[str] | None, typer.Option(
+        help="A loop setting and its values, e.g. forecast_z=0.5,1,2 (repeat for more axes; default: the "
+             "envelope and the capacity spread)")] = None,
 ) -> None:
     """The planner's settings by leave-one-family-out cross-validation: the paper traces and every generated
     family under each setting of a small grid; prints the setting each fold chose and its held-out score."""
-    from daedalus.bench.cv import GRID, run_cv, settings_grid
+    from daedalus.bench.cv import GRID, parse_grid, run_cv, settings_grid
     from daedalus.bench.families import FAMILIES
 
-    total = len(settings_grid(GRID)) * (4 + len(FAMILIES) * seeds)
+    try:
+        axes = parse_grid(grid) if grid else GRID
+    except DaedalusError as exc:
+        fail(exc)
+    total = len(settings_grid(axes)) * (4 + len(FAMILIES) * seeds)
     with progress("runs") as bars:
         bar = bars.add_task("settings × workloads", total=total)
-        summary = run_cv(out, family_seeds=range(seeds), processes=jobs_parallel, runs_dir=runs,
+        summary = run_cv(out, family_seeds=range(seeds), processes=jobs_parallel, runs_dir=runs, grid=axes,
                          on_done=lambda r: _advance(bars, bar, f"{r['workload']}"))
     console.print(Markdown((out / "cv.md").read_text()))
     console.print(f"Chosen: {summary['chosen']}; wrote {out / 'cv.json'} and {out / 'cv.md'}")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
-from daedalus.bench.cv import cross_validate, run_score
+from daedalus.bench.cv import cross_validate, parse_grid, run_score, settings_grid
 from daedalus.bench.explain import explain_file, ledger_blocks, trace_blocks, trace_path
 from daedalus.cli.main import app
+from daedalus.models.errors import ConfigurationError
 from daedalus.models.types import LedgerEntry
 from daedalus.sim.report import breaches
 
@@ -125,3 +127,16 @@ def test_a_run_is_scored_calm_first():
     assert run_score(calm) == 60.0
     assert run_score({**calm, "seconds_over_slo": 2, "rescales": 20}) == 2_000 + 200 + 60.0
     assert run_score({**calm, "duration_s": 10_800, "rescales": 10}) == 100.0 + 60.0  # 9 allowed in 3 hours
+
+
+def test_a_grid_names_loop_settings_and_values_the_loop_accepts():
+    grid = parse_grid(["forecast_z=0.5,1,2", "rescale_price=300,600"])
+    assert grid == {"forecast_z": (0.5, 1.0, 2.0), "rescale_price": (300.0, 600.0)}
+    assert settings_grid(grid)[:2] == [{"forecast_z": 0.5, "rescale_price": 300.0},
+                                       {"forecast_z": 0.5, "rescale_price": 600.0}]
+    with pytest.raises(ConfigurationError, match="'forecast_zz' is not a numeric loop setting"):
+        parse_grid(["forecast_zz=1"])
+    with pytest.raises(ConfigurationError, match="must be ≥ 0"):
+        parse_grid(["forecast_z=1,-1"])
+    with pytest.raises(ConfigurationError, match="could not convert"):
+        parse_grid(["forecast_z=one"])
