@@ -45,9 +45,17 @@ class Scenario:
     manual_runs: dict[int, str] = field(default_factory=dict)  # scaleout → scale-job flow run id
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        """A REST call, retried on 503 (SQLite busy) as Prefect's own client and the UI do."""
+        """A REST call, retried on 503 (SQLite busy) as Prefect's own client and the UI do; a read is also retried
+        when the server does not answer within 30 s (a loaded SQLite server stalls on its write lock: once, in a
+        fresh clone's CI, for more than 30 s)."""
+        read = method == "GET" or path.endswith(("/filter", "/count"))
         for attempt in range(6):
-            r = httpx.request(method, f"{self.server.api_url}{path}", timeout=30, **kw)
+            try:
+                r = httpx.request(method, f"{self.server.api_url}{path}", timeout=30, **kw)
+            except httpx.TimeoutException:
+                if not read or attempt == 5:
+                    raise
+                continue
             if r.status_code not in (429, 503) or attempt == 5:
                 break
             time.sleep(1 + attempt)
