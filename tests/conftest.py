@@ -165,9 +165,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 SHARED_SESSIONS = ("tests/pipeline/", "tests/flows/test_flow.py", "tests/cli/test_cli_step.py",
                    "tests/connectors/test_connectors_prometheus_auth.py")
 
-# The units of several minutes each (the operator's scenario waits on one-minute schedules and a two-minute expiry;
-# the user's Spark job is submitted three times and drained; the shared unit takes about 4–5 minutes: handed out
-# among the last, the pipeline's modules were the likely end of a run whose last 2½ minutes left the cores idler).
+# The units of several minutes each (the operator's scenarios wait on one-minute schedules and a one- or two-minute
+# expiry; the user's Spark job is submitted three times and drained; the shared unit takes about 4–5 minutes: handed
+# out among the last, the pipeline's modules were the likely end of a run whose last 2½ minutes left the cores idler,
+# and so was the late answer's scenario, about 4 minutes, the last minute with the cores 80–97 % idle).
 # The fleet's fault run (tests/runtime/test_chaos.py) takes about 5 minutes of faults on a real fleet.
-LONGEST = ("tests/ops/test_ops_prefect.py", "tests/runtime/test_chaos.py",
+LONGEST = ("tests/ops/test_ops_prefect.py", "tests/ops/test_ops_answer.py", "tests/runtime/test_chaos.py",
            "tests/connectors/test_connectors_spark_user_job_e2e.py", *SHARED_SESSIONS)

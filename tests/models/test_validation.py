@@ -80,3 +80,27 @@ def test_a_backlog_excuses_only_what_it_can_add_per_second_of_the_step():
     # Draining a real backlog is consistent: 1,000/s arriving plus 20,000 / 15 s = 2,333/s at most.
     draining = replace(obs, throughput={w: np.full(60, 1_100.0) for w in obs.throughput})
     assert check(draining) == ()
+
+
+def test_a_rate_over_a_window_is_excused_by_the_backlog_at_the_windows_start():
+    # A restart's backlog of 40,000 drained in one micro-batch, counted at t = 3: the 4 s rate of rows read is
+    # (40,000 + 4 × 1,000) / 4 = 11,000/s at t = 3…6 while the backlog one step back is 1,000 from t = 3 on.
+    # At t = 4…6 the window starts at t = 0…2, when 40,000 were waiting: at most 1,000 + 40,000 / 4 = 11,000/s.
+    # At t = 3 the window starts before the first sample: that backlog is unknown, the step is not judged.
+    n, window = 10, 4.0
+    obs = observation(n=n, workload=1_000.0, lag=1_000.0)
+    lag = np.full(n, 1_000.0)
+    lag[:3] = 40_000.0
+    rate = np.full(n, 1_000.0)
+    rate[3:7] = 11_000.0
+    workers = {w: rate / len(obs.throughput) for w in obs.throughput}
+    drained = replace(obs, lag=lag, window_s=window, throughput=workers)
+    assert check(drained) == ()
+    # The same rates against the backlog one step back alone (a window no longer than the step) are inconsistent
+    # from t = 4, where 1,000 were waiting one step back.
+    assert any("above workload 1,000/s plus what the backlog of 1,000 tuples" in r for r in
+               check(replace(drained, window_s=1.0)))
+    # More than the window's start allows is still inconsistent: 11,600/s > (1,000 + 10,000) × 1.05 + 1.
+    more = {w: np.where(rate > 1_000.0, 11_600.0, 1_000.0) / len(obs.throughput) for w in obs.throughput}
+    reasons = check(replace(drained, throughput=more))
+    assert any("11,600/s above" in r and "40,000 at the start of its 4 s rate window" in r for r in reasons), reasons

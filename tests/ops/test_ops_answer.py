@@ -1,7 +1,7 @@
 """An operator's answer is never lost (issue 36), on a real Prefect server (SQLite, loopback) and a real process
 worker: `daedalus approve` one second before the proposal's deadline while the worker takes no run (stopped with
 SIGSTOP, as a worker busy behind a Spark run), then the worker comes back after the deadline and the loop's late run
-applies the answer. The ledger dates it when it was given, with who and why. About four minutes on two cores."""
+applies the answer. The ledger dates it when it was given, with who and why. About three minutes on two cores."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ JOB = "payments"
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalPrefect, Path, str]]:
     root = tmp_path_factory.mktemp("ops-answer")
     jobs_file = write_jobs(root / "jobs.yaml", [{"name": JOB, "sim": {"seed": 1, "speedup": 10}}], defaults={
-        "mode": "approve", "approval_timeout": "2m", "scaleout": {"min": 1, "max": 12},
+        "mode": "approve", "approval_timeout": "1m", "scaleout": {"min": 1, "max": 12},
         "planner": "daedalus-paper"})  # its first loop proposes 12 → 11 (test_ops_approval)
     store = str(root / "store")
     server = start_server(root / "prefect")
