@@ -111,7 +111,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # Tests that read a real engine's capacity run alone, before the rest (`make test` runs `-m engine` in one process, then
-# `-m "not engine"` on three xdist workers): an engine's capacity measured while another test saturates the other core
+# `-m "not engine"` on four xdist workers): an engine's capacity measured while another test saturates the other core
 # of a 2-core machine reads low (the Spark end-to-end test's second slot added nothing while the other worker ran:
 # 3,989 against 3,999 rows/s). The other tests that start an engine read no capacity and run with the rest: the user's
 # Spark job rescaled by its submit command, the Flink faults (a killed TaskManager, a resubmitted job) and the Flink
@@ -139,9 +139,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # together and the many short ones fill the gaps, instead of a long one starting last and ending the run alone.
     slow = {item.path for item in items if item.get_closest_marker("slow")}
 
-    def order(item: pytest.Item) -> int:
+    def order(item: pytest.Item) -> tuple[int, int]:
         where = Path(str(item.path)).relative_to(root).as_posix()
-        return 0 if where.startswith(LONGEST) else 1 if item.path in slow else 2
+        longest = next((i for i, prefix in enumerate(LONGEST) if where.startswith(prefix)), None)
+        return (0, longest) if longest is not None else (1, 0) if item.path in slow else (2, 0)
 
     items.sort(key=order)
 
@@ -165,10 +166,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 SHARED_SESSIONS = ("tests/pipeline/", "tests/flows/test_flow.py", "tests/cli/test_cli_step.py",
                    "tests/connectors/test_connectors_prometheus_auth.py")
 
-# The units of several minutes each (the operator's scenarios wait on one-minute schedules and a one- or two-minute
-# expiry; the user's Spark job is submitted three times and drained; the shared unit takes about 4–5 minutes: handed
-# out among the last, the pipeline's modules were the likely end of a run whose last 2½ minutes left the cores idler,
-# and so was the late answer's scenario, about 4 minutes, the last minute with the cores 80–97 % idle).
-# The fleet's fault run (tests/runtime/test_chaos.py) takes about 5 minutes of faults on a real fleet.
-LONGEST = ("tests/ops/test_ops_prefect.py", "tests/ops/test_ops_answer.py", "tests/runtime/test_chaos.py",
-           "tests/connectors/test_connectors_spark_user_job_e2e.py", *SHARED_SESSIONS)
+# The units of several minutes each, the longest first (a worker takes the next unit when it is free, so the last to
+# start ends the run): the fleet's fault run (tests/runtime/test_chaos.py, about 5 minutes of faults on a real
+# fleet; started fifth, at 210 s, it ended a four-worker run alone 70 s after the others), the operator's scenario
+# (one-minute schedules and a two-minute expiry, about 4 minutes), the user's Spark job (submitted three times and
+# drained, about 3½ minutes), the late answer's scenario (a one-minute expiry, about 2½ minutes) and the shared unit
+# (about 4–5 minutes of short modules).
+LONGEST = ("tests/runtime/test_chaos.py", "tests/ops/test_ops_prefect.py",
+           "tests/connectors/test_connectors_spark_user_job_e2e.py", "tests/ops/test_ops_answer.py", *SHARED_SESSIONS)
