@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from daedalus.models.errors import ConnectorError
 from daedalus.runtime import fleet as fleet_mod
@@ -49,14 +50,8 @@ def _get_as_prefect(url: str) -> int:
     """A GET retried on 502 and 503 as Prefect's client retries them (prefect/client/base.py): the balancer answers
     502 to a request it had already handed to a replica as the replica died (once, in the first 0.01 s after a
     SIGKILL; the requests after it were refused by the dead port and redispatched to the live replica)."""
-    for _ in range(3):
-        try:
-            return _get(url)
-        except urllib.error.HTTPError as e:
-            if e.code not in (502, 503):
-                raise
-            time.sleep(0.5)
-    return _get(url)
+    return Retrying(retry=retry_if_exception(lambda e: isinstance(e, urllib.error.HTTPError) and e.code in (502, 503)),
+                    stop=stop_after_attempt(4), wait=wait_fixed(0.5), reraise=True)(_get, url)
 
 
 def test_up_serves_through_the_load_balancer_and_down_leaves_nothing_running(fleet_dir: Path) -> None:
