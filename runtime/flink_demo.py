@@ -217,6 +217,9 @@ class DemoPlan:
     taskmanagers: int = 4  # the cluster's one-slot TaskManagers: the largest scale-out
     seed: int = 0
     speedup: float = SPEEDUP  # compresses the loop's clock (the test runs at 8× to see a scale-in within minutes)
+    # How long the planner holds a burst's level before it scales in, in paper seconds (None: the loop's own, 30
+    # minutes, which needs a 10-minute trace at 8×; the end-to-end test holds 15 minutes and runs a 7-minute trace).
+    envelope_s: float | None = None
     peak: float = PEAK  # the trace's plateau and last level, in the probed worker's capacities
     end: float = END
     # How long the saturation measurements before and after the trace take at each parallelism (`flood_s` 0: none
@@ -276,6 +279,8 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan(), workdir: Path | None = None
         say(f"The job processes about {base:,.0f} records/s at one worker now; the trace runs "
             f"{len(rates) / 60:.0f} min between {min(rates):,} and {max(rates):,} records/s.")
         cfg = compressed_config(plan.taskmanagers, plan.speedup)
+        if plan.envelope_s is not None:
+            cfg = dataclasses.replace(cfg, envelope_s=plan.envelope_s / plan.speedup)
         document = jobs_document(flink, plan.taskmanagers)
         (out / "jobs.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
         target = targets.build_target(parse_jobs(document, str(out / "jobs.yaml")).job(JOB), store_url)
@@ -319,8 +324,8 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan(), workdir: Path | None = None
         peak_rss = max(peak_rss, flink.rss_bytes())
         report = build_report(trace, loops, s, found, monitors.runs, knowledge, lines, distinct, probes, peak_rss,
                               started_s, drained, savepoint)
-        report.update(speedup=plan.speedup, loop_interval_s=loop_s, peak=peak, end=plan.end,
-                      probe_capacity_1=round(capacity_1, 1), bottleneck_us=bottleneck_us,
+        report.update(speedup=plan.speedup, loop_interval_s=loop_s, envelope_s=cfg.envelope_s * plan.speedup,
+                      peak=peak, end=plan.end, probe_capacity_1=round(capacity_1, 1), bottleneck_us=bottleneck_us,
                       bottleneck_rate=round(1e6 / bottleneck_us, 1) if bottleneck_us else None,
                       **verification_report(loops, knowledge, found, cfg.ceiling))
     report["wall_s"] = round(time.time() - wall0, 1)

@@ -12,7 +12,7 @@ import numpy as np
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.recovery.backlog import backlog_recovery_time
 from daedalus.runtime.flink import FLINK_VERSION, Trace
-from daedalus.runtime.flink_sampling import Sampled, record_cost, saturation_throughput
+from daedalus.runtime.flink_sampling import Sampled, record_cost, saturated, saturation_throughput
 
 WORK_US = 1000  # CPU time per record in the demo's job: a worker with a core of its own processes ~1,000 records/s
 Runs = list[tuple[dict[str, Any], Any, dict[str, Any]]]  # the recovery monitors': (rescale, thread, result)
@@ -112,12 +112,14 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: Sampled, found: l
         o = next((o for o in found if o.down >= meta["time"] - 1.0), None)
         entry = knowledge.entry(meta["decision"]) if knowledge is not None else None
         ledger = entry.observed_recovery_s if entry is not None else None
+        observed = ledger if ledger is not None else result.get("observed_recovery_s")
         rescales.append({
             **meta, "downtime_s": result.get("downtime_s"),
             # The ledger's, set by whichever of the loop and the recovery monitor noticed the recovery first; else the
             # monitor's, when it posted it after the loop's last run.
-            "observed_recovery_s": _rounded(ledger if ledger is not None else result.get("observed_recovery_s")),
+            "observed_recovery_s": _rounded(observed),
             "backlog_recovery_s": _rounded(backlog),
+            "saturated_after_backlog_s": _saturated_between(s, meta["time"], backlog, observed),
             "predicted_recovery_s": _rounded(entry.predicted_recovery_s if entry is not None else None),
             "monitor": result.get("reason") or result.get("error"),
             "jobmanager_log": None if o is None else {
@@ -179,6 +181,16 @@ def _backlog_recovery(s: Sampled, rescale_time: float, level_at: float | None) -
         return backlog_recovery_time(s.ts, s.lag, s.workload, rescale_time, level_at=level_at)
     except ValueError:  # no backlog sample before the rescale
         return None
+
+
+def _saturated_between(s: Sampled, rescale_time: float, backlog_s: float | None, observed_s: float | None) -> int:
+    """Seconds the job ran saturated after its backlog was back to its level and before the recovery monitor saw it
+    normal: the load outran the new scale-out. Workload − throughput is then no recovery yet, while the backlog's
+    level before the rescale was reached: the two measures part by the saturation, and neither is wrong."""
+    if backlog_s is None or observed_s is None or observed_s <= backlog_s:
+        return 0
+    inside = (s.ts > rescale_time + backlog_s) & (s.ts <= rescale_time + observed_s)
+    return int((saturated(s) & inside).sum())
 
 
 def _next_rescale(runs: Runs, after: float) -> float:

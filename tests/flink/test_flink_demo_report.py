@@ -53,3 +53,23 @@ def test_the_bottleneck_demos_report_has_the_contracts_keys_and_types() -> None:
     assert check["after_restart_s"] == 70.0 and check["scale_outs_above_ceiling"] == []
     assert [d["verdict"] for d in report["decisions"]] == [None, "ineffective", "effective"]
     assert [d["verification"] for d in report["decisions"]] == [None, reasons[0], None]  # the evidence, where noted
+
+
+def test_the_saturation_after_a_rescales_backlog_came_back_is_counted() -> None:
+    # 300/s arriving. The backlog: 1,000 up to the rescale (T0 + 100), 5,000 while down, back under its level
+    # (1,000 + 1 s of arrivals) at T0 + 110, at 500 for 20 s; from T0 + 130 it is over 2 s of arrivals (600) for 40 s,
+    # then 0. The monitor saw the job normal at T0 + 180: 40 of the 70 s in between saturated.
+    n = 300
+    ts = T0 + np.arange(n, dtype=float)
+    lag = np.where(ts <= T0 + 100, 1_000.0, np.where(ts < T0 + 110, 5_000.0, np.where(ts < T0 + 130, 500.0, np.where(
+        ts < T0 + 170, 4_000.0, 0.0))))
+    thr = np.full(n, 300.0)
+    s = Sampled(ts, np.full(n, 300.0), thr, np.full(n, 0.9), np.ones(n), np.full(n, 0.9), lag, np.full(n, 3.0),
+                ts - T0 + 60.0, {"tm_0_1": (thr, np.ones(n), thr / 1e3)})
+    trace = Trace.of([300] * 3, int(T0 * 1000))
+    run = ({"decision": "d-1", "from": 1, "to": 3, "time": T0 + 100.0}, None,
+           {"downtime_s": 4.0, "observed_recovery_s": 80.0, "reason": "recovered in 80 s"})
+    report = build_report(trace, [], s, [], [run], None, trace.total, trace.total, {}, 2**31, 60.0, True, "")
+    [rescale] = report["downtime_s"]
+    assert rescale["backlog_recovery_s"] == 10.0 and rescale["observed_recovery_s"] == 80.0
+    assert rescale["saturated_after_backlog_s"] == 40

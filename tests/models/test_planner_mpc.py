@@ -384,6 +384,26 @@ def test_a_switch_waits_for_the_next_loop_only_while_the_scale_out_keeps_up():
     assert (queued.kind, queued.target) == ("scale-out", 4)
 
 
+def test_a_switch_between_two_bins_is_simulated_at_the_next_one():
+    # The schedules are simulated in 5 s bins. A loop every 7.5 s used to offer "in 7.5 s", a stop inside a bin: the
+    # capacity before the stop worked off that bin's arrivals and the replay, so the switch priced 30 % less latency
+    # than the same switch now on this flat load (248 s against 356 s), and the planner deferred it at every loop (a
+    # real Flink job at 8×: "3 → 1 in 8 s … not now" for the last three minutes of its trace).
+    # Now it is simulated, and described, at 10 s. By hand, 2,250/s flat, 3 → 1 (4,000/s) with 15 s down and 5 s
+    # replayed: the backlog at the bins' ends is 22,500, 33,750 and 45,000 while down (latency: the wait for the
+    # restart at 15 s + backlog / 4,000 = 18.125, 15.9375, 13.75 s), then falls by 8,750 a bin: 9.0625, 6.875,
+    # 4.6875, 2.5, 0.3125 s. Σ × 5 s = 356.25 s, for a switch now and, two bins later, for the next loop's alike.
+    cfg = LoopConfig(max_scaleout=3, loop_interval_s=7.5, checkpoint_interval=10.0, rescale_price=0.0, planner=MPC)
+    a = analysis([2_250.0] * 120, scaleout=3, caps=(4_000.0, 8_000.0, 12_000.0))
+    starts = {c[0][0] for c in planner_mpc.candidates(cfg, 3, 120.0, 0.0, 0.0)}
+    assert starts == {0.0, 10.0}
+    inputs = planner_mpc.prepare(cfg, a, 120.0)
+    now, later = planner_mpc.evaluate(cfg, inputs, 3, 0.0, [((0.0, 1),), ((10.0, 1),)], 30.0, 15.0)
+    assert now.delay_s == later.delay_s == pytest.approx(356.25)
+    d = plan(cfg, a, ctx(last_rescale=NOW - 3_000, last_action=NOW - 3_000), NOW)
+    assert (d.kind, d.target) == ("scale-in", 1) and "3 → 1 now" in d.reasons[-1]
+
+
 def test_the_envelope_is_the_largest_excursion_above_the_trend():
     # Minute means 100, 100, 100, 200, 100, 100: the least-squares line has slope 50 / 17.5 = 2.857 and passes
     # through (2.5, 116.67), so at minute 3 it is 118.10: 200 is 69.35 % above it. Planned for: the largest, 200.
