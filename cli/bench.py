@@ -15,6 +15,7 @@ from rich.table import Table
 
 from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
 from daedalus.cli.common import console, fail, out, phases, progress
+from daedalus.models.config import LoopConfig
 from daedalus.models.errors import DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
@@ -79,13 +80,17 @@ ScaleInInterval = Annotated[float | None, typer.Option(
 
 MaxRescalesPerHour = Annotated[float | None, typer.Option(
     min=0.01, help="Daedalus: the rescale budget, rescales per hour over a rolling 2 hours (default 3: 6 in 2 h)")]
+RescalePrice = Annotated[float | None, typer.Option(
+    min=0.0, help=f"Daedalus: the worker-seconds each rescale is priced at in the planner's cost, before the budget "
+                  f"raises it (default {LoopConfig.rescale_price:g}; replays a cross-validation run)")]
 
 
 def loop_overrides(target_recovery: float | None, scale_in_interval: float | None,
-                   max_rescales_per_hour: float | None = None) -> dict[str, float]:
+                   max_rescales_per_hour: float | None = None, rescale_price: float | None = None
+                   ) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
     given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
-             "max_rescales_per_hour": max_rescales_per_hour}
+             "max_rescales_per_hour": max_rescales_per_hour, "rescale_price": rescale_price}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -247,6 +252,7 @@ def policies(
     target_recovery: TargetRecovery = None,
     scale_in_interval: ScaleInInterval = None,
     max_rescales_per_hour: MaxRescalesPerHour = None,
+    rescale_price: RescalePrice = None,
     runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse it while its "
                                                    "code, trace and settings are unchanged (a re-run after a "
                                                    "planner change reruns the planners only; one cut short keeps "
@@ -263,7 +269,8 @@ def policies(
             summary = run_benchmark(
                 chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                 processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
-                loop_overrides=loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour),
+                loop_overrides=loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour,
+                                              rescale_price),
                 runs_dir=runs,
                 on_start=lambda n: bars.update(bar, total=n),
                 on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),
