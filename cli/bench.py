@@ -289,6 +289,8 @@ def cv(
     grid: Annotated[list[str] | None, typer.Option(
         help="A loop setting and its values, e.g. forecast_z=0.5,1,2 (repeat for more axes; default: the "
              "envelope and the capacity spread)")] = None,
+    seed: Annotated[int, typer.Option(help="The simulation's seed (the noise of capacity, CPU and downtime), as "
+                                           "`bench policies` numbers its seeds")] = 0,
 ) -> None:
     """The planner's settings by leave-one-family-out cross-validation: the paper traces and every generated
     family under each setting of a small grid; prints the setting each fold chose and its held-out score."""
@@ -302,7 +304,7 @@ def cv(
     total = len(settings_grid(axes)) * (4 + len(FAMILIES) * seeds)
     with progress("runs") as bars:
         bar = bars.add_task("settings × workloads", total=total)
-        summary = run_cv(out, family_seeds=range(seeds), processes=jobs_parallel, runs_dir=runs, grid=axes,
+        summary = run_cv(out, family_seeds=range(seeds), seed=seed, processes=jobs_parallel, runs_dir=runs, grid=axes,
                          on_done=lambda r: _advance(bars, bar, f"{r['workload']}"))
     console.print(Markdown((out / "cv.md").read_text()))
     console.print(f"Chosen: {summary['chosen']}; wrote {out / 'cv.json'} and {out / 'cv.md'}")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rich.progress import Progress
 
+from daedalus.bench import cv as bench_cv
 from daedalus.bench import monitor as bench_monitor
 from daedalus.bench import pipeline as bench_pipeline
 from daedalus.bench import schedule as bench_schedule
@@ -19,7 +20,7 @@ from daedalus.connectors.jobs import load_jobs
 from tests.cli.cli_support import flat, tiny_app
 
 run = tiny_app(bench.monitor, bench.deploy, bench.schedule, bench.retrain, bench.validate, bench.policies,
-               bench.loop, bench.forecast, bench.capacity)
+               bench.loop, bench.forecast, bench.capacity, bench.cv)
 
 
 def test_capacity_runs_and_writes_its_figures(tmp_path):
@@ -131,3 +132,21 @@ def short_trace(tmp_path):
     path = tmp_path / "flat.csv"
     path.write_text("second|count\n" + "".join(f"{s}|20000\n" for s in range(600)))
     return path
+
+
+def test_cv_runs_the_seed_it_is_given(monkeypatch, tmp_path):
+    # The cross-validation of the twenty-second session ran seed 0 of the simulation only; `--seed` runs another.
+    asked: list[dict[str, Any]] = []
+
+    def fake(out, **kw: Any) -> dict[str, Any]:
+        asked.append(kw)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "cv.md").write_text("folds")
+        return {"chosen": "envelope_s=1800"}
+
+    monkeypatch.setattr(bench_cv, "run_cv", fake)
+    result = run("cv", "--seed", 2, "--seeds", 3, "--out", tmp_path / "cv")
+    assert result.exit_code == 0, result.output
+    (kw,) = asked
+    assert kw["seed"] == 2 and list(kw["family_seeds"]) == [0, 1, 2]
+    assert "Chosen: envelope_s=1800" in flat(result.output)
