@@ -15,7 +15,7 @@ from rich.table import Table
 
 from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
 from daedalus.cli.common import console, fail, out, phases, progress
-from daedalus.models.config import LoopConfig
+from daedalus.models.config import MPC_SCALE_IN_S, PAPER_SCALE_IN_S, RESCALE_WINDOW_S, LoopConfig
 from daedalus.models.errors import DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
@@ -74,12 +74,15 @@ def _policies_table(summary: dict[str, Any]) -> Table:
 
 # The Daedalus loop settings `bench policies` and `simulate` take, as LoopConfig overrides (loop_overrides below).
 TargetRecovery = Annotated[float | None, typer.Option(
-    min=1.0, help="Daedalus's recovery-time target in seconds (default 600, the paper's)")]
+    min=1.0, help=f"Daedalus's recovery-time target in seconds (default {LoopConfig.target_recovery_time:g}, the "
+                  "paper's)")]
 ScaleInInterval = Annotated[float | None, typer.Option(
-    min=0.0, help="Daedalus: no scale-in within this many seconds of a rescale (default 1200)")]
-
+    min=0.0, help=f"Daedalus: no scale-in within this many seconds of a rescale (default: the planner's own, "
+                  f"{MPC_SCALE_IN_S:g}; {PAPER_SCALE_IN_S:g} for daedalus-paper)")]
 MaxRescalesPerHour = Annotated[float | None, typer.Option(
-    min=0.01, help="Daedalus: the rescale budget, rescales per hour over a rolling 2 hours (default 3: 6 in 2 h)")]
+    min=0.01, help=f"Daedalus: the rescale budget, rescales per hour over a rolling {RESCALE_WINDOW_S / 3600:g} hours "
+                   f"(default {LoopConfig.max_rescales_per_hour:g}: "
+                   f"{LoopConfig.max_rescales_per_hour * RESCALE_WINDOW_S / 3600:g} in {RESCALE_WINDOW_S / 3600:g} h)")]
 RescalePrice = Annotated[float | None, typer.Option(
     min=0.0, help=f"Daedalus: the worker-seconds each rescale is priced at in the planner's cost, before the budget "
                   f"raises it (default {LoopConfig.rescale_price:g}; replays a cross-validation run)")]

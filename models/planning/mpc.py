@@ -307,7 +307,8 @@ def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.nd
     """Latency of each bin's arrivals and the backlog after each bin, one row per schedule, over the bins
     starting at times `t` (seconds from now), with at most one switch per row.
 
-    A row starts with `lag` tuples queued, runs at capacity `before` until `at` (inf: no switch), stops for
+    A row starts with `lag` tuples queued, runs at capacity `before` until `at` (inf: no switch; else a bin boundary,
+    `_on_bin`: the capacity before a stop works for the whole of its bin), stops for
     `down` seconds (nothing processed; the arrivals since the last checkpoint, `replay_s` of them, are queued
     again), then runs at `after`. An arrival is processed at the capacity running when it arrives, unless the
     backlog ahead of it outlasts the stop: then what is left waits for the restart and goes at `after`.
