@@ -69,7 +69,10 @@ SYSTEM_BIN = (Path("/usr/sbin"), Path("/usr/bin"))  # where Debian puts them whe
 # The workers and their runs: poll often, send heartbeats, and retry a 500 as Prefect retries a 503 (the API
 # answers 500 while PostgreSQL restarts: a run must not crash, nor a crash go unrecorded, over a few seconds).
 WORKER_SETTINGS = {"PREFECT_WORKER_QUERY_SECONDS": f"{POLL_S:g}", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
-                   "PREFECT_CLIENT_RETRY_EXTRA_CODES": "500"}
+                   "PREFECT_CLIENT_RETRY_EXTRA_CODES": "500",
+                   # the fleet's API runs without CSRF protection (Prefect's default), so a client's token request
+                   # only fails: one wasted request (and the server's 422) for each client each run opens
+                   "PREFECT_CLIENT_CSRF_SUPPORT_ENABLED": "false"}
 
 
 def redis_settings(port: int) -> dict[str, str]:

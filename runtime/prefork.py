@@ -230,7 +230,29 @@ def share_tls_contexts() -> None:
         return ssl.create_default_context(purpose, cafile=cafile, capath=capath, cadata=cadata)
 
     orchestration.ssl = types.SimpleNamespace(**{**vars(ssl), "create_default_context": create_default_context})
-    verified(certifi.where())
+    from prefect.settings import get_current_settings
+
+    # the file Prefect will load: `PREFECT_API_SSL_CERT_FILE` (by default the environment's `SSL_CERT_FILE`), else
+    # certifi's bundle. Warming certifi's alone missed wherever SSL_CERT_FILE is set: every run loaded its file again.
+    verified(get_current_settings().api.ssl_cert_file or certifi.where())
+
+
+def complete_models() -> int:
+    """Build, here, the validators Prefect's models defer until first use, for every child to inherit.
+
+    Prefect declares its API schemas with pydantic's deferred build: each class builds its validator the first
+    time it is used, in every process. In a forked run that was eight classes per run, about a twentieth of the
+    run's CPU in the child (cProfile over 20 runs of a fleet). Building all of them once in the preloaded process costs
+    less than a tenth of a second. Returns how many were built; a class that cannot be built yet is left to build
+    itself as before."""
+    import pydantic
+
+    def subclasses(cls: type) -> list[type]:
+        found = cls.__subclasses__()
+        return found + [s for c in found for s in subclasses(c)]
+
+    deferred = {c for c in subclasses(pydantic.BaseModel) if not c.__pydantic_complete__}
+    return sum(bool(c.model_rebuild(raise_errors=False)) for c in deferred)
 
 
 def _cancel_run(_signum: int, _frame: object) -> None:
@@ -405,6 +427,7 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
     for name in PRELOAD:
         importlib.import_module(name)
     share_tls_contexts()
+    complete_models()
     if path.exists():
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

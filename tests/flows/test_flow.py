@@ -67,6 +67,25 @@ def test_a_simulated_hour_through_the_prefect_flow(prefect_harness, tmp_path):
     assert _task_names_of_first_run(started) == {"monitor", "analyze", "plan", "execute", "publish"}
 
 
+def test_the_loops_tasks_get_their_arguments_unwalked(prefect_harness):
+    # Prefect walks a task's arguments for futures and states to wait on; the loop's tasks take the job's whole
+    # knowledge, and the walk was half a fleet run's CPU (docs/fleet.md). A state in a list shows whether it walked.
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+    from prefect.states import Completed
+
+    from daedalus.tasks.unwalked import unwalked
+
+    @task(cache_policy=NO_CACHE)
+    def handed(x: list, *, y: list | None = None) -> tuple[list, list | None]:
+        return x, y
+
+    state = Completed(data=7)
+    assert handed([state], y=[state]) == ([7], [7])  # walked: Prefect put the state's result in its place
+    x, y = unwalked(handed)([state], y=[state])
+    assert x[0] is state and y is not None and y[0] is state
+
+
 def _task_names_of_first_run(since: datetime, timeout_s: float = 60.0) -> set[str]:
     """Task runs reach the API through events the server records asynchronously: wait for them."""
     with get_client(sync_client=True) as client:
