@@ -86,14 +86,18 @@ MaxRescalesPerHour = Annotated[float | None, typer.Option(
 RescalePrice = Annotated[float | None, typer.Option(
     min=0.0, help=f"Daedalus: the worker-seconds each rescale is priced at in the planner's cost, before the budget "
                   f"raises it (default {LoopConfig.rescale_price:g}; replays a cross-validation run)")]
+ForecastZ = Annotated[float | None, typer.Option(
+    min=0.0, help=f"Daedalus: the forecast band's width, in recent relative errors at each lead (default "
+                  f"{LoopConfig.forecast_z:g}; replays a cross-validation run)")]
 
 
 def loop_overrides(target_recovery: float | None, scale_in_interval: float | None,
-                   max_rescales_per_hour: float | None = None, rescale_price: float | None = None
-                   ) -> dict[str, float]:
+                   max_rescales_per_hour: float | None = None, rescale_price: float | None = None,
+                   forecast_z: float | None = None) -> dict[str, float]:
     """The Daedalus loop settings given on the command line (LoopConfig field names)."""
     given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
-             "max_rescales_per_hour": max_rescales_per_hour, "rescale_price": rescale_price}
+             "max_rescales_per_hour": max_rescales_per_hour, "rescale_price": rescale_price,
+             "forecast_z": forecast_z}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -256,6 +260,7 @@ def policies(
     scale_in_interval: ScaleInInterval = None,
     max_rescales_per_hour: MaxRescalesPerHour = None,
     rescale_price: RescalePrice = None,
+    forecast_z: ForecastZ = None,
     runs: Annotated[Path | None, typer.Option(help="Keep each run's result in this folder and reuse it while its "
                                                    "code, trace and settings are unchanged (a re-run after a "
                                                    "planner change reruns the planners only; one cut short keeps "
@@ -273,7 +278,7 @@ def policies(
                 chosen, out, seeds=range(seeds), policies=_split(policy, list(POLICIES)),
                 processes=jobs_parallel, max_scaleout=max_scaleout, peak_utilization=peak_utilization,
                 loop_overrides=loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour,
-                                              rescale_price),
+                                              rescale_price, forecast_z),
                 runs_dir=runs,
                 on_start=lambda n: bars.update(bar, total=n),
                 on_done=lambda r: _advance(bars, bar, f"{r['policy']} {r['workload']} seed {r['seed']}"),

@@ -256,6 +256,7 @@ def simulate(
     scale_in_interval: cli_bench.ScaleInInterval = None,
     max_rescales_per_hour: cli_bench.MaxRescalesPerHour = None,
     rescale_price: cli_bench.RescalePrice = None,
+    forecast_z: cli_bench.ForecastZ = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
     from daedalus.bench.explain import trace_path
@@ -270,7 +271,7 @@ def simulate(
         with tempfile.TemporaryDirectory() as tmp:
             result, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
                                    cli_bench.loop_overrides(target_recovery, scale_in_interval,
-                                                            max_rescales_per_hour, rescale_price),
+                                                            max_rescales_per_hour, rescale_price, forecast_z),
                                    store_url=f"{tmp}/knowledge" if prefect else None,
                                    prefect_home=Path(tmp) / "prefect" if prefect else None)
     except DaedalusError as exc:

@@ -88,13 +88,15 @@ def test_simulate_runs_a_generated_family_by_its_benchmark_name(tmp_path):
     assert result.exit_code == 1 and "flat-x" in flat(result.output) and not (tmp_path / "x.json").exists()
 
 
-def test_simulate_takes_the_rescale_price_a_cross_validation_run_used(tmp_path):
-    # The planner states its price in every decision's reasons: with nothing spent of the budget, the price itself.
+def test_simulate_takes_the_settings_a_cross_validation_run_used(tmp_path):
+    # The planner states its price and its band's width in every decision's reasons: with nothing spent of the
+    # budget, the price itself.
     from daedalus.bench.explain import trace_path
 
     out = tmp_path / "flat.json"
     result = run("simulate", "--workload", "flat-0", "--policy", "daedalus", "--hours", 0.5, "--rescale-price", 300,
-                 "--json", out)
+                 "--forecast-z", 1.5, "--json", out)
     assert result.exit_code == 0, result.output
     reasons = " ".join(" ".join(d["reasons"]) for d in json.loads(trace_path(out).read_text())["decisions"])
     assert "300 worker-s per rescale" in reasons and "600 worker-s per rescale" not in reasons
+    assert "(z = 1.5)" in reasons and "(z = 1)" not in reasons
