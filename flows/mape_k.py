@@ -36,6 +36,8 @@ def _retry_unless_given_up(task: Any, task_run: Any, state: Any) -> bool:
 
 ORCHESTRATED = Phases(unwalked(monitor.with_options(retry_condition_fn=_retry_unless_given_up)), unwalked(analyze),
                       unwalked(plan), unwalked(execute))
+# the run's other tasks, called the same way
+REQUEST_APPROVAL, PUBLISH, CLOSE_APPROVAL_RUNS = map(unwalked, (request_approval, publish, close_approval_runs))
 
 
 def load_knowledge(store: JobStore, target: Target) -> tuple[Knowledge, int | None]:
@@ -88,16 +90,16 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
     emit_loop_events(job, it, knowledge, store_url, jobs_file)
     # The proposal is visible from the save on: its approval run (the operator's form) comes before any report.
     if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
-        unwalked(request_approval)(it, knowledge, spec, store_url, jobs_file)
+        REQUEST_APPROVAL(it, knowledge, spec, store_url, jobs_file)
     # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
     try:
-        unwalked(publish)(it, knowledge, store, target.config.mode, stop, version)
+        PUBLISH(it, knowledge, store, target.config.mode, stop, version)
     except Exception as exc:
         logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
                      type(exc).__name__, exc)
     if it.closed and jobs_file is not None:
         try:
-            unwalked(close_approval_runs)(it.closed, knowledge)
+            CLOSE_APPROVAL_RUNS(it.closed, knowledge)
         except Exception as exc:  # the server's own timeout still ends them
             logger.warning("%s: could not close the approval runs of %s (%s: %s)", job,
                            ", ".join(p for p, _ in it.closed), type(exc).__name__, exc)
