@@ -13,6 +13,7 @@ from rich.markdown import Markdown
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from daedalus.bench.fleet import WARMUP_MIN
 from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
 from daedalus.cli.common import console, fail, out, phases, progress
 from daedalus.models.config import MPC_SCALE_IN_S, PAPER_SCALE_IN_S, RESCALE_WINDOW_S, LoopConfig
@@ -400,7 +401,9 @@ def _sizes(text: str) -> list[int]:
 def fleet(
     jobs: Annotated[str, typer.Option("--jobs", help="Fleet sizes to measure, comma-separated")] = "10,50,100,200",
     minutes: Annotated[float, typer.Option(min=1, help="Measured minutes per size (after the warm-up)")] = 15,
-    warmup: Annotated[float, typer.Option(min=0, help="Minutes per size before measuring (first fits)")] = 2,
+    warmup: Annotated[float, typer.Option(
+        min=0, help="Minutes per size before measuring: the first fits, and Prefect's first five minutes after a "
+                    "deploy (bench/fleet.py)")] = WARMUP_MIN,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,
     keep: Annotated[Path | None, typer.Option(help="Keep each size's fleet folder (logs, data) here")] = None,
 ) -> None:

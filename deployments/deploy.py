@@ -125,17 +125,21 @@ def select_jobs(jobs: JobsFile, only: Sequence[str]) -> list[JobSpec]:
     return [j for j in jobs.jobs if not only or j.name in only]
 
 
-# A loop run's nine tasks each log "Finished in state Completed()": with a hundred jobs a minute that is most of
-# the server's log writes. The loop's own lines (decision, inbox notes) are logged by the flow and stay.
-LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
+# What a loop run does not need, with a hundred jobs a minute: its tasks' "Finished in state Completed()" lines (most
+# of the server's log writes; the loop's own lines, decision and inbox notes, are logged by the flow and stay); the
+# API version check its clients repeat (its worker made it; Prefect's setting is meant for such runs); and the
+# suspension observer (added in `loop_deployment`; flows/mape_k.py says why).
+LOOP_ENV = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
+            "PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED": "false"}
 
 
 def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str | None = None,
                     interval_s: float = LOOP_INTERVAL_S, job_variables: dict[str, Any] | None = None) -> Planned:
     from prefect.schedules import Interval
 
-    from daedalus.flows.mape_k import mape_k
+    from daedalus.flows.mape_k import NO_SUSPENSION_OBSERVER, mape_k
 
+    env = {**(job_variables or {}).get("env", {}), **LOOP_ENV, NO_SUSPENSION_OBSERVER: "true"}
     return Planned(
         flow=mape_k, name=spec.name,
         parameters={"job": spec.name, "store_url": store_url, "jobs_file": jobs_file, "lake_url": lake_url},
@@ -144,7 +148,7 @@ def loop_deployment(spec: JobSpec, store_url: str, jobs_file: str, lake_url: str
                     f"{spec.scaleout.min}–{spec.scaleout.max}), every {interval_s:.0f} s.",
         schedules=(Interval(timedelta(seconds=interval_s), anchor_date=anchor_for(spec.name)),), concurrency=1,
         version=spec_version(spec),
-        job_variables={**(job_variables or {}), "env": {**(job_variables or {}).get("env", {}), **LOOP_ENV}},
+        job_variables={**(job_variables or {}), "env": env},
     )
 
 

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 SOCKET_ENV = "DAEDALUS_PREFORK_SOCKET"
@@ -178,8 +178,12 @@ def _run_child(conn: socket.socket, request: dict) -> None:
         import prefect.context
         from prefect.logging.configuration import setup_logging
 
+        from daedalus.flows.mape_k import NO_SUSPENSION_OBSERVER
+
         prefect.context.refresh_global_settings_context()
         setup_logging()  # logging levels from the run's environment (a deployment's job variables), as at startup
+        if os.environ.get(NO_SUSPENSION_OBSERVER) == "true":
+            skip_suspension_observer()
         sys.modules.pop("prefect.engine", None)  # run as __main__ below, as `python -m prefect.engine` would
         try:
             runpy.run_module("prefect.engine", run_name="__main__", alter_sys=False)
@@ -203,6 +207,22 @@ def _run_child(conn: socket.socket, request: dict) -> None:
             _send(conn, {"exit": code})
         finally:
             os._exit(code)
+
+
+def skip_suspension_observer() -> bool:
+    """In this forked run only: Prefect's engine starts no suspension observer (flows/mape_k.py says why). False,
+    and nothing changed, where this Prefect has none."""
+    import prefect.flow_engine as engine
+
+    if not callable(getattr(engine, "observe_flow_run_suspension", None)):
+        return False
+    engine.observe_flow_run_suspension = _no_suspension_observer  # type: ignore[assignment]
+    return True
+
+
+@contextlib.contextmanager
+def _no_suspension_observer(*_args: object, **_kwargs: object) -> Iterator[None]:
+    yield
 
 
 def share_tls_contexts() -> None:

@@ -111,7 +111,9 @@ def test_prefect_yaml_declares_the_same_deployments_with_anchors(jobs_file):
     by_name = {d["name"]: d for d in doc["deployments"]}
     assert {d["work_pool"]["name"] for d in doc["deployments"]} == {"streaming"}
     assert by_name["ads"]["work_pool"]["job_variables"] == {
-        "command": "python -m x", "env": {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}}
+        "command": "python -m x", "env": {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
+                                          "PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED": "false",
+                                          "DAEDALUS_NO_SUSPENSION_OBSERVER": "true"}}
     assert by_name["scale-job"]["work_pool"]["job_variables"] == {"command": "python -m x"}
     assert by_name["ads"]["work_pool"] in doc["definitions"]["work_pools"].values()
     assert len(by_name) == len(planned)

@@ -1,5 +1,6 @@
 """The preloaded process shares Prefect's verified TLS context between API clients, and only that one; it builds the
-context of the CA file in use and the validators Prefect defers before any run, so that no run pays for them."""
+context of the CA file in use and the validators Prefect defers before any run, so that no run pays for them; a loop
+run forked from it starts no suspension observer."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from prefect.client import orchestration
 from prefect.client.orchestration import PrefectClient
 from prefect.settings import PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY, temporary_settings
 
-from daedalus.runtime.prefork import complete_models, share_tls_contexts
+from daedalus.runtime.prefork import complete_models, share_tls_contexts, skip_suspension_observer
 
 API = "http://127.0.0.1:9/api"
 
@@ -107,3 +108,30 @@ def test_a_run_whose_folder_the_stopping_worker_removed_exits_quietly(tmp_path: 
     assert os.waitpid(pid, 0)[1] >> 8 == 1
     text = stderr.read_text()
     assert "the worker is stopping" in text and "Traceback" not in text
+
+
+def test_a_loop_run_starts_no_suspension_observer(prefect_harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Known answer on Prefect's own engine and API: a deployment's run watches for a suspension from outside in a
+    # thread of its own (with an events subscription); a run forked with NO_SUSPENSION_OBSERVER starts none.
+    import threading
+    from uuid import uuid4
+
+    import prefect.flow_engine as engine
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+
+    monkeypatch.setattr(engine, "observe_flow_run_suspension", engine.observe_flow_run_suspension)  # put back after
+
+    @flow
+    def short() -> None: ...
+
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(short).model_copy(update={"deployment_id": uuid4()})
+
+    def observers() -> list[str]:
+        with engine.FlowRunEngine(flow=short, flow_run=run).setup_flow_run_suspension_request():
+            return [t.name for t in threading.enumerate() if "observer_thread" in t.name]
+
+    assert len(observers()) == 1
+    assert skip_suspension_observer()
+    assert observers() == []
