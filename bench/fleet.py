@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -39,16 +40,17 @@ from daedalus.bench.schedule import (
     _zygote,
     bench_jobs_file,
 )
-from daedalus.runtime.fleet import Fleet, down, kind_of, up
+from daedalus.runtime.fleet import ZOMBIE_AFTER_S, Fleet, down, kind_of, up
 
 KINDS = ("api", "services", "workers", "runs", "postgres", "redis")
 POOL = "bench"  # bench schedule's pool, which its deploy step names
-# Six minutes: besides each job's first runs (they fit its models), the first five minutes after a deploy are not the
-# steady state. Prefect's scheduler inserts runs without a Scheduled event, and a run's Pending event follows its
-# Scheduled state when that was set less than five minutes before (prefect.server.models.events._timing_is_tight). Until
-# the scheduler's runs are scheduled further ahead, the server's causal ordering holds every event of every run for
-# 15 minutes, and the zombie automation, not seeing their ends, tries to crash runs that completed (docs/fleet.md).
-WARMUP_MIN = 6.0
+# Besides each job's first runs (they fit its models), the first five minutes after a deploy are not the steady
+# state. Prefect's scheduler inserts runs without a Scheduled event, and a run's Pending event follows its Scheduled
+# state when that was set less than five minutes before (prefect.server.models.events._timing_is_tight). Until the
+# scheduler's runs are scheduled further ahead, the server's causal ordering holds every event of every run for 15
+# minutes, and the zombie automation, not seeing their ends, tries to crash runs that completed, up to ZOMBIE_AFTER_S
+# after the last of them (docs/fleet.md). Seen in a 20-job fleet: the last such attempt 6 min 27 s after the deploy.
+WARMUP_MIN = 5.0 + math.ceil(ZOMBIE_AFTER_S / 60) + 0.5  # 7.5
 SAMPLE_S = 30.0
 PROJECT_TO = (1_000, 10_000)
 DRAIN_S = 20.0  # after the window, for the last runs to record their start before they are read

@@ -6,6 +6,7 @@ them into one application.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -58,8 +59,16 @@ for _command in (cli_fleet.up, cli_fleet.down, cli_fleet.status):
 app.add_typer(fleet, name="fleet")
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM (`kill`, systemd, Kubernetes) ends a command as Ctrl-C does, through its `finally` blocks: a benchmark
+    stops the fleet and servers it started instead of leaving them running. Commands that stop in their own way
+    (`daedalus worker`, the exporter) set their own handler."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     """Run the application; a Daedalus error that escaped a command still ends in one line, not a traceback."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         app()
     except DaedalusError as exc:

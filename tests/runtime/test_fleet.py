@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -22,6 +25,7 @@ from daedalus.runtime.fleet import Fleet, descendants, down, up
 from daedalus.runtime.pending import STALE_AFTER_S, crash_stale_pending
 
 pytestmark = pytest.mark.slow
+DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 
 
 @pytest.fixture
@@ -102,3 +106,27 @@ def test_a_missing_binary_names_its_debian_package(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConnectorError, match="apt-get install redis-server"):
         up(tmp_path / "fleet")
     assert not (tmp_path / "fleet" / "run").exists()  # nothing started
+
+
+def test_a_benchmark_stopped_with_sigterm_stops_the_fleet_it_started(fleet_dir: Path) -> None:
+    # `kill` (SIGTERM) of `daedalus bench fleet` in its warm-up used to end it at once, leaving its eight processes
+    # running for good; Ctrl-C did not.
+    size = fleet_dir / "jobs-1"
+    bench = subprocess.Popen([DAEDALUS, "bench", "fleet", "--jobs", "1", "--minutes", "1", "--warmup", "5",
+                              "--keep", str(fleet_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert bench.stdout is not None
+        seen = []
+        for line in bench.stdout:
+            seen.append(line)
+            if "warming up" in line:
+                break
+        assert any(Fleet.load(size).running().values()), "".join(seen)
+        bench.send_signal(signal.SIGTERM)
+        bench.communicate(timeout=120)
+        assert bench.returncode == 128 + signal.SIGTERM
+        assert not any(Fleet.load(size).running().values())
+    finally:
+        bench.kill()
+        if (size / "fleet.json").exists():
+            down(size)
