@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from daedalus.models.config import LoopConfig
@@ -11,6 +14,7 @@ from daedalus.sim.job import SimulatedJob
 from daedalus.sim.simulator import Simulator
 
 T0 = 1_767_225_600.0
+DAEDALUS = str(Path(sys.executable).parent / "daedalus")  # the console script of the environment under test
 # JVM options for a test's short-lived JVM that reads no capacity (a pipeline test's Spark session, the Flink faults
 # cluster): the JIT's C1 tier only and the serial collector. A JVM living minutes never pays back what C2 compiles,
 # and 2 cores leave no room for parallel GC threads: the same work for half the CPU (11 pipeline tests: 99 -> 49

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -22,13 +21,13 @@ from daedalus.connectors.store import Store
 from daedalus.models.knowledge import Knowledge
 from daedalus.models.loop.messages import ANSWER_GRACE_S
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
+from tests.helpers import DAEDALUS
 from tests.ops.conftest import write_jobs
 from tests.ops.test_ops_prefect import wait_for
 
 pytestmark = pytest.mark.slow
 
 POOL = "answer-test"
-DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 JOB = "payments"
 
 

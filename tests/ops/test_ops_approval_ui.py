@@ -15,7 +15,6 @@ import asyncio
 import base64
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import Store
 from daedalus.runtime.local_prefect import start_server
+from tests.helpers import DAEDALUS
 from tests.ops import devtools
 from tests.ops.conftest import with_proposal, write_jobs
 from tests.ops.test_ops_prefect import wait_for
@@ -34,7 +34,6 @@ pytestmark = pytest.mark.slow
 
 WIDTH, HEIGHT = 1400, 1000
 POOL = "approval-ui"
-DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 
 # The dialog as the page lays it out: its title, the description's first heading (none expected), every element
 # inside the dialog that scrolls by itself, its text, and whether the operator field starts empty.

@@ -22,13 +22,13 @@ import pytest
 
 from daedalus.connectors.store import Store
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
+from tests.helpers import DAEDALUS
 from tests.ops import devtools
 from tests.ops.conftest import write_jobs
 
 pytestmark = pytest.mark.slow
 
 POOL = "ops-test"
-DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 APPROVED_AT = 10  # the loops propose 12 → 11 on their first run (checked in test_ops_approval); the operator picks 10
 MANUAL_AT = 9
 

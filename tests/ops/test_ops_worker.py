@@ -12,7 +12,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,12 +22,12 @@ import pytest
 
 from daedalus.runtime.local_prefect import LocalPrefect, start_server
 from daedalus.runtime.prefork import STOP_TIMEOUT_ENV, STOP_TIMEOUT_S
+from tests.helpers import DAEDALUS
 from tests.ops.conftest import write_jobs
 
 pytestmark = pytest.mark.slow
 
 POOL = "ops-worker"
-DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 OURS = (b"daedalus.runtime.prefork", b"prefect.engine", b"prefect\0worker")
 FINAL = {"COMPLETED", "CANCELLED"}  # the runs a stopped worker leaves besides Scheduled: no Pending/Running/Crashed
 

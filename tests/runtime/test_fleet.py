@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -23,9 +22,9 @@ from daedalus.models.errors import ConnectorError
 from daedalus.runtime import fleet as fleet_mod
 from daedalus.runtime.fleet import Fleet, descendants, down, up
 from daedalus.runtime.pending import STALE_AFTER_S, crash_stale_pending
+from tests.helpers import DAEDALUS
 
 pytestmark = pytest.mark.slow
-DAEDALUS = str(Path(sys.executable).parent / "daedalus")
 
 
 @pytest.fixture
