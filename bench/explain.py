@@ -4,7 +4,9 @@ Three records are read:
 
 - a `simulate --json OUT` run: OUT (the scores) and the trace written beside it (`trace_path(OUT)`, from
   sim.report.trace): each rescale's decision with its reasons, the forecast, the capacity estimated and the true
-  one, and each breach (contiguous seconds over the SLO) with the decision before it;
+  one, each breach (contiguous seconds over the SLO) with the decision before it, and the costliest stretches (the
+  scale-outs held longest above the lower bound, in worker-seconds) with the loop halfway through each: why it
+  did not scale in;
 - a `backtest --json OUT` report: the same trace for each replayed policy;
 - a live job's ledger (the knowledge store): each executed rescale with its reasons, predicted and observed recovery
   and verdict. A ledger holds no end-to-end latency, so no breach can be told from it, and the block says so.
@@ -83,8 +85,26 @@ def breach_block(n: int, b: Mapping[str, Any], decisions: Sequence[Mapping[str, 
     return out
 
 
+def stretch_block(n: int, c: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One of the costliest stretches: a scale-out held against the lower bound, and the loop halfway through it."""
+    low, high = c["lower_bound_min"], c["lower_bound_max"]
+    need = str(low) if low == high else f"{low}–{high}"
+    out = [f"costliest stretch {n} at {_at(c['start'])} – {_at(c['end'])}: {c['scaleout']} worker(s) where {need} "
+           f"would do ({c['lower_bound_mean']:.1f} on average, the lower bound): "
+           f"{c['worker_seconds_above_lower_bound']:,.0f} worker-s above it"]
+    k = c.get("decision_middle")
+    if k is not None:
+        d = decisions[k]
+        out.append(f"  the loop halfway through, at {_at(d['t'])}: {d['kind']} {d['from']} → {d['to']}; forecast peak "
+                   f"{_rate(d.get('forecast_peak'))}, capacity estimated {_rate(d.get('capacity_estimate'))}, true "
+                   f"{_rate(d.get('true_capacity'))}")
+        out += _reason_lines(d.get("reasons") or ())
+    return out
+
+
 def trace_blocks(trace: Mapping[str, Any]) -> list[str]:
-    """Every rescale and every breach of one run's trace, in time order, each a block of lines."""
+    """Every rescale, every breach and the costliest stretches of one run's trace, in time order, each a block of
+    lines (a trace written before the stretches were recorded has none)."""
     decisions = trace["decisions"]
     events: list[tuple[float, list[str]]] = []
     rescales = [d for d in decisions if d["executed"]]
@@ -92,6 +112,8 @@ def trace_blocks(trace: Mapping[str, Any]) -> list[str]:
         events.append((d["t"], decision_block(n, d)))
     for n, b in enumerate(trace["breaches"], start=1):
         events.append((b["start"], breach_block(n, b, decisions, trace["slo_s"])))
+    for n, c in enumerate(trace.get("costliest", ()), start=1):
+        events.append((c["start"], stretch_block(n, c, decisions)))
     events.sort(key=lambda e: e[0])
     head = (f"{trace['policy']}: {len(rescales)} rescale(s), {len(trace['breaches'])} SLO breach(es) "
             f"({sum(b['seconds'] for b in trace['breaches'])} s over {trace['slo_s']:.0f} s) in "

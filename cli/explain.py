@@ -1,4 +1,5 @@
-"""`daedalus explain`: one block per rescale and per SLO breach of a simulated run, a backtest or a live job."""
+"""`daedalus explain`: one block per rescale, per SLO breach and per costliest stretch of a simulated run or a
+backtest, and per rescale of a live job."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ def explain(
     store: Annotated[str | None, typer.Option(help="A knowledge store URL: explain a live job's ledger")] = None,
     job: Annotated[str | None, typer.Option(help="The job whose ledger to explain (with --store)")] = None,
 ) -> None:
-    """Why each rescale happened and what each breach of the SLO followed: the forecast and its band, the capacity
-    estimated and true, the schedules priced and why the chosen one won."""
+    """Why each rescale happened, what each breach of the SLO followed and why the costliest stretches held their
+    scale-out: the forecast and its band, the capacity estimated and true, the schedules priced and why the chosen
+    one won."""
     from daedalus.bench.explain import explain_file, ledger_blocks
 
     if (report is None) == (store is None) or (store is None) != (job is None):

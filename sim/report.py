@@ -10,6 +10,7 @@ from daedalus.models.config import RESCALE_WINDOW_S
 from daedalus.sim.runner import RunResult
 
 SLO_S = 60.0
+COSTLIEST = 3  # the stretches between rescales that `daedalus explain` shows as a run's costliest above the lower bound
 
 
 def _pct(values: np.ndarray | list[float], q: float) -> float | None:
@@ -71,18 +72,48 @@ def breaches(latency: np.ndarray, slo_s: float) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
+def costliest(scaleout: np.ndarray, lower: np.ndarray, n: int = COSTLIEST) -> list[tuple[int, int, float]]:
+    """The `n` stretches of one scale-out (from a rescale to the next) that paid the most worker-seconds above the
+    lower bound, as (first second, last second, worker-seconds above it), costliest first; none that paid nothing.
+    Where a run's cost went: a rescale's block says why it happened, this says why none happened."""
+    s = np.asarray(scaleout, dtype=float)
+    if s.size == 0:
+        return []
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(s) != 0) + 1])
+    ends = np.concatenate([starts[1:], [s.size]]) - 1
+    above = np.add.reduceat(np.maximum(s - np.asarray(lower, dtype=float)[:s.size], 0.0), starts)
+    order = np.argsort(-above, kind="stable")[:n]
+    return [(int(starts[i]), int(ends[i]), float(above[i])) for i in order if above[i] > 0]
+
+
+def _loop_before(steps: list[dict[str, Any]], second: float) -> int | None:
+    before = [i for i, s in enumerate(steps) if s["t"] <= second]
+    return before[-1] if before else None
+
+
 def trace(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
-    """What `daedalus explain` needs of a run, compact: every executed rescale's loop and the last loop before each
-    breach of the SLO (its decision, reasons, forecast and capacities, estimated and true), and every breach (its
-    seconds, the latency's peak, the scale-out, the workload's peak against the true capacity)."""
+    """What `daedalus explain` needs of a run, compact: every executed rescale's loop, the last loop before each
+    breach of the SLO and the loop halfway through each of the costliest stretches (its decision, reasons, forecast
+    and capacities, estimated and true), every breach (its seconds, the latency's peak, the scale-out, the workload's
+    peak against the true capacity) and the costliest stretches (the scale-out against the lower bound)."""
     h = result.history
     spans = breaches(h.latency_s, slo_s)
     wanted = {i for i, s in enumerate(result.steps) if s["executed"]}
+    stretches = []
+    for first, last, above in costliest(h.scaleout, result.lower_bound):
+        middle = _loop_before(result.steps, (first + last) / 2)
+        if middle is not None:
+            wanted.add(middle)
+        lower = np.asarray(result.lower_bound[first:last + 1], dtype=float)
+        stretches.append({"start": first, "end": last, "scaleout": int(h.scaleout[first]),
+                          "worker_seconds_above_lower_bound": above, "lower_bound_min": int(lower.min()),
+                          "lower_bound_max": int(lower.max()), "lower_bound_mean": float(lower.mean()),
+                          "decision_middle": middle})
     out_breaches = []
     for first, last in spans:
-        before = [i for i, s in enumerate(result.steps) if s["t"] <= first]
-        if before:
-            wanted.add(before[-1])
+        before = _loop_before(result.steps, first)
+        if before is not None:
+            wanted.add(before)
         scaleouts = h.scaleout[first:last + 1]
         top = int(scaleouts.max()) if scaleouts.size else 0
         out_breaches.append({
@@ -91,10 +122,13 @@ def trace(result: RunResult, slo_s: float = SLO_S) -> dict[str, Any]:
             "scaleout": sorted({int(n) for n in scaleouts.tolist()}),
             "workload_peak": float(np.nanmax(h.workload[max(0, first - 120):last + 1])),
             "true_capacity": float(result.true_capacities[top - 1]) if top >= 1 else None,
-            "decision_before": before[-1] if before else None,
+            "decision_before": before,
         })
     index = {i: n for n, i in enumerate(sorted(wanted))}
     for b in out_breaches:
         b["decision_before"] = None if b["decision_before"] is None else index[b["decision_before"]]
+    for c in stretches:
+        c["decision_middle"] = None if c["decision_middle"] is None else index[c["decision_middle"]]
     return {"policy": result.policy, "slo_s": slo_s, "duration_s": int(h.timestamps.size),
-            "decisions": [result.steps[i] for i in sorted(wanted)], "breaches": out_breaches}
+            "decisions": [result.steps[i] for i in sorted(wanted)], "breaches": out_breaches,
+            "costliest": stretches}

@@ -13,7 +13,7 @@ from daedalus.bench.explain import explain_file, ledger_blocks, trace_blocks, tr
 from daedalus.cli.main import app
 from daedalus.models.errors import ConfigurationError
 from daedalus.models.types import LedgerEntry
-from daedalus.sim.report import breaches
+from daedalus.sim.report import breaches, costliest
 
 
 def test_a_breach_is_a_contiguous_run_of_seconds_over_the_slo():
@@ -59,6 +59,47 @@ def test_one_block_per_rescale_and_per_breach_in_time_order():
                           "  priced:  cheapest: keep 2"]
     assert blocks[2].splitlines()[2:] == ["  why:     scale-out set by the forecast: 300,000/s needs 4",
                                           "  note:    other"]
+
+
+def test_the_costliest_stretches_are_the_scale_outs_held_longest_above_the_lower_bound():
+    # Three stretches: 4 for 3 s against 2 (6 worker-s above), 2 for 2 s against 2 (none), 3 for 4 s against 1 (8).
+    scaleout = np.array([4, 4, 4, 2, 2, 3, 3, 3, 3])
+    lower = np.array([2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1])  # longer than the run: cut to it
+    assert costliest(scaleout, lower) == [(5, 8, 8.0), (0, 2, 6.0)]  # costliest first; the one at the bound is none
+    assert costliest(scaleout, lower, n=1) == [(5, 8, 8.0)] and costliest(np.array([]), lower) == []
+
+
+def test_a_costliest_stretch_shows_the_loop_halfway_through_it():
+    stretch = {"start": 600, "end": 1259, "scaleout": 2, "worker_seconds_above_lower_bound": 420.0,
+               "lower_bound_min": 1, "lower_bound_max": 2, "lower_bound_mean": 1.36, "decision_middle": 1}
+    trace = {**TRACE, "costliest": [stretch]}
+    blocks = trace_blocks(trace)[2:]
+    assert [b.splitlines()[0] for b in blocks][:2] == [
+        "rescale 1 at 10 min (600 s): 4 → 2 (scale-in)",
+        "costliest stretch 1 at 10 min (600 s) – 20 min 59 s (1,259 s): 2 worker(s) where 1–2 would do (1.4 on "
+        "average, the lower bound): 420 worker-s above it"]
+    assert blocks[1].splitlines()[1:] == [
+        "  the loop halfway through, at 19 min (1,140 s): no-change 2 → 2; forecast peak 300,000/s, capacity "
+        "estimated 200,000/s, true 190,000/s",
+        "  why:     forecast over the next 30 min (arima): peak 300,000/s",
+        "  priced:  cheapest: keep 2"]
+
+
+def test_a_simulated_run_records_its_costliest_stretches_with_the_loop_halfway_through(tmp_path):
+    # Static at 12 for half an hour: one stretch, the whole run, and what it paid above the lower bound is static's
+    # worker-seconds less the lower bound's, as the report counts them. Halfway through (899.5 s): the last loop by
+    # then, at 840 s (one a minute).
+    report = tmp_path / "static.json"
+    result = CliRunner().invoke(app, ["simulate", "--workload", "flat-0", "--policy", "static", "--hours", "0.5",
+                                      "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    scores, trace = json.loads(report.read_text()), json.loads(trace_path(report).read_text())
+    [stretch] = trace["costliest"]
+    assert (stretch["start"], stretch["end"], stretch["scaleout"]) == (0, 1799, 12)
+    assert stretch["worker_seconds_above_lower_bound"] == pytest.approx(
+        scores["static_worker_seconds"] - scores["lower_bound_worker_seconds"])
+    assert trace["decisions"][stretch["decision_middle"]]["t"] == 840
+    assert "costliest stretch 1 at 0 s (0 s) – 29 min 59 s (1,799 s): 12 worker(s)" in "\n".join(explain_file(report))
 
 
 def test_explain_reads_a_simulate_report_with_its_trace_beside_it(tmp_path):

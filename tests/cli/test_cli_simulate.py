@@ -97,6 +97,8 @@ def test_simulate_takes_the_settings_a_cross_validation_run_used(tmp_path):
     result = run("simulate", "--workload", "flat-0", "--policy", "daedalus", "--hours", 0.5, "--rescale-price", 300,
                  "--forecast-z", 1.5, "--json", out)
     assert result.exit_code == 0, result.output
-    reasons = " ".join(" ".join(d["reasons"]) for d in json.loads(trace_path(out).read_text())["decisions"])
-    assert "300 worker-s per rescale" in reasons and "600 worker-s per rescale" not in reasons
+    decisions = json.loads(trace_path(out).read_text())["decisions"]
+    reasons = " ".join(" ".join(d["reasons"]) for d in decisions if "0 of 6 spent" in " ".join(d["reasons"]))
+    assert "0 of 6 spent in the last 2 h (3 an hour): 300 worker-s per rescale" in reasons
+    assert "600 worker-s per rescale" not in reasons
     assert "(z = 1.5)" in reasons and "(z = 1)" not in reasons
