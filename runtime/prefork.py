@@ -45,6 +45,7 @@ STOP_TIMEOUT_S = 25.0  # the whole stop; inside Kubernetes' default termination 
 CANCEL_S = 5.0  # a run told to cancel has this long to record its end and exit before it is killed
 RELATED_REFRESH_S = 300.0  # the objects every run's events name are read again this often (`prefill_related`) …
 RELATED_RETRY_S = 30.0  # … or this soon when the API could not give them (a pool the worker has not created yet)
+RELATED_ROOM = 100  # entries a run may add to the cache of what its events name (Prefect's own size for it)
 TEARDOWN_S = 5.0  # for the Prefect worker and the preloaded process to exit after their runs, and record them
 STOPPED = "Cancelled: the worker running it was stopped (daedalus worker, SIGTERM or SIGINT)"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -311,8 +312,12 @@ def prefill_related(pool: str) -> int:
     read_at = now("UTC")
     found = [("work-pool", pool, work_pool), *(("deployment", d.id, d) for d in deployments),
              *(("flow", f.id, f) for f in flows), *(("work-queue", q.id, q) for q in queues)]
+    related.RESOURCE_CACHE.clear()  # this process emits no events: its cache holds exactly what was read
     for kind, key, obj in found:
         related.RESOURCE_CACHE[f"{kind}.{key}"] = ({"kind": kind, "object": obj}, read_at)
+    # Room for all of it and for what a run adds: over the cache's size, each lookup of a run evicts the oldest
+    # entry, and with all read at once that may be the next one the run looks up (its pool, at 100 jobs).
+    related.MAX_CACHE_SIZE = len(found) + RELATED_ROOM
     return len(found)
 
 

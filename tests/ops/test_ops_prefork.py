@@ -155,7 +155,8 @@ def test_the_objects_a_run_s_events_name_are_read_once_before_any_run(prefect_ha
 
     from daedalus.runtime.prefork import prefill_related
 
-    monkeypatch.setattr(related, "RESOURCE_CACHE", {})
+    monkeypatch.setattr(related, "RESOURCE_CACHE", {"flow.gone": ({}, None)})  # put back after, as the size
+    monkeypatch.setattr(related, "MAX_CACHE_SIZE", related.MAX_CACHE_SIZE)
     with get_client(sync_client=True) as client:
         from prefect.client.schemas.actions import WorkPoolCreate
 
@@ -168,7 +169,9 @@ def test_the_objects_a_run_s_events_name_are_read_once_before_any_run(prefect_ha
     assert threading.active_count() == threads
     keys = {f"flow.{run.flow_id}", f"deployment.{run.deployment_id}", f"work-queue.{run.work_queue_id}",
             f"work-pool.{run.work_pool_name}"}
-    assert keys <= related.RESOURCE_CACHE.keys()
+    assert keys <= related.RESOURCE_CACHE.keys() and "flow.gone" not in related.RESOURCE_CACHE
+    # Room for a run's own lookups: beyond the size, each would evict the oldest entry, one it may need next.
+    assert len(related.RESOURCE_CACHE) + 100 == related.MAX_CACHE_SIZE
 
     async def unread(obj_id: object) -> None:
         raise AssertionError(f"read {obj_id} from the API")
