@@ -43,7 +43,7 @@ SOCKET_ENV = "DAEDALUS_PREFORK_SOCKET"
 STOP_TIMEOUT_ENV = "DAEDALUS_WORKER_STOP_TIMEOUT"
 STOP_TIMEOUT_S = 25.0  # the whole stop; inside Kubernetes' default termination grace period (30 s)
 CANCEL_S = 5.0  # a run told to cancel has this long to record its end and exit before it is killed
-RELATED_REFRESH_S = 300.0  # the objects every run's events name are read again this often (`prefill_related`) …
+RELATED_REFRESH_S = 300.0  # what every run would read is read again this often (`prefill_related` and after) …
 RELATED_RETRY_S = 30.0  # … or this soon when the API could not give them (a pool the worker has not created yet)
 RELATED_ROOM = 100  # entries a run may add to the cache of what its events name (Prefect's own size for it)
 TEARDOWN_S = 5.0  # for the Prefect worker and the preloaded process to exit after their runs, and record them
@@ -321,6 +321,39 @@ def prefill_related(pool: str) -> int:
     return len(found)
 
 
+def share_result_storage() -> bool:
+    """Read, here, which result storage the server sets as the default, for every child to inherit.
+
+    Prefect's engine asks the API for it (`/admin/storage`) each time it builds a result store, twice a loop run,
+    although a loop run stores no result. Read with the objects its events name (`prefill_related`, as often), the
+    value is served to Prefect's two readers of it in this process (`prefect.results`), so a forked run asks nothing:
+    an administrator's new default reaches the runs at the next refresh. False, and nothing changed, when the API does
+    not answer (the runs keep the last value read, or read it themselves) or this Prefect reads it elsewhere."""
+    import prefect.results as results
+
+    readers = ("_read_server_default_result_storage_block_id", "_aread_server_default_result_storage_block_id")
+    if not all(callable(getattr(results, name, None)) for name in readers):
+        return False
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            block_id = client.read_server_default_result_storage().default_result_storage_block_id
+    except Exception as exc:  # the API did not answer: nothing changes
+        print(f"could not read the server's default result storage: {type(exc).__name__}: {exc}", flush=True)
+        return False
+
+    def read() -> object:
+        return block_id
+
+    async def aread() -> object:
+        return block_id
+
+    results._read_server_default_result_storage_block_id = read  # type: ignore[assignment]
+    results._aread_server_default_result_storage_block_id = aread  # type: ignore[assignment]
+    return True
+
+
 def _cancel_run(_signum: int, _frame: object) -> None:
     """In a run process, on SIGUSR1 from the preloaded process (the worker is stopping): terminate as the Prefect
     worker cancels a run. It sets the intent "cancel" over its control channel before its SIGTERM, and the engine
@@ -376,8 +409,9 @@ def _record_cancelled(runs: set[str], pool: str, worker: str) -> None:
 
 
 class _Zygote:
-    """The preloaded process's loop: fork a run per request, reading the objects the runs' events name every
-    `RELATED_REFRESH_S` in between; on a stop, let the runs finish, then cancel the rest.
+    """The preloaded process's loop: fork a run per request, reading the objects the runs' events name and the
+    server's default result storage every `RELATED_REFRESH_S` in between; on a stop, let the runs finish, then cancel
+    the rest.
 
     `live` (pid → flow run id) is kept by the SIGCHLD handler, so it holds exactly the runs still going. A stop
     starts on SIGTERM or SIGINT from `daedalus worker`, or when `parent_fd` closes (the Prefect worker `worker` has
@@ -473,7 +507,7 @@ class _Zygote:
         watched: list[socket.socket | int] = [self.listener, self.parent_fd]
         while not self._stopped():
             if self.cancel_at is None and time.monotonic() >= self.related_at:
-                read = prefill_related(self.pool)
+                read = prefill_related(self.pool) and share_result_storage()
                 self.related_at = time.monotonic() + (RELATED_REFRESH_S if read else RELATED_RETRY_S)
             ready = select.select(watched, [], [], 0.2)[0]
             if self.parent_fd is not None and self.parent_fd in ready and not os.read(self.parent_fd, 1):

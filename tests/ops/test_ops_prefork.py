@@ -186,3 +186,33 @@ def test_the_objects_a_run_s_events_name_are_read_once_before_any_run(prefect_ha
     with temporary_settings({PREFECT_API_URL: API}):
         assert prefill_related("prefill-pool") == 0
     assert cached == related.RESOURCE_CACHE
+
+
+def test_the_server_s_default_result_storage_is_read_once_before_any_run(prefect_harness, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Known answer on Prefect's own API: with a default result storage set on the server, Prefect's readers of it give
+    # its block's id. Once shared, they give it with the API gone, where Prefect's own would find none.
+    import asyncio
+
+    import prefect.results as results
+    from prefect.client.orchestration import get_client
+    from prefect.filesystems import LocalFileSystem
+
+    from daedalus.runtime.prefork import share_result_storage
+
+    for name in ("_read_server_default_result_storage_block_id", "_aread_server_default_result_storage_block_id"):
+        monkeypatch.setattr(results, name, getattr(results, name))  # put back after
+    block_id = LocalFileSystem(basepath=str(tmp_path)).save("shared-results", overwrite=True)
+    with get_client(sync_client=True) as client:
+        client.update_server_default_result_storage(block_id)
+    try:
+        with temporary_settings({PREFECT_API_URL: API}):
+            assert results._read_server_default_result_storage_block_id() is None  # Prefect's own: the API is gone
+            assert not share_result_storage()  # nothing read, nothing changed
+        assert share_result_storage()
+    finally:
+        with get_client(sync_client=True) as client:
+            client.clear_server_default_result_storage()
+    with temporary_settings({PREFECT_API_URL: API}):
+        assert results._read_server_default_result_storage_block_id() == block_id
+        assert asyncio.run(results._aread_server_default_result_storage_block_id()) == block_id
