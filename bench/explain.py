@@ -75,14 +75,17 @@ def breach_block(n: int, b: Mapping[str, Any], decisions: Sequence[Mapping[str, 
            f"{b['peak_latency_s']:.0f} s, at {workers} worker(s)",
            f"  workload peak {_rate(b['workload_peak'])} (from 2 min before) against a true capacity of "
            f"{_rate(b['true_capacity'])}"]
-    k = b.get("decision_before")
-    if k is not None:
-        d = decisions[k]
-        out.append(f"  last decision before it, at {_at(d['t'])}: {d['kind']} {d['from']} → {d['to']}; forecast peak "
-                   f"{_rate(d.get('forecast_peak'))}, capacity estimated {_rate(d.get('capacity_estimate'))}, true "
-                   f"{_rate(d.get('true_capacity'))}")
-        out += _reason_lines(d.get("reasons") or ())
-    return out
+    return out + _loop_lines("last decision before it", b.get("decision_before"), decisions)
+
+
+def _loop_lines(which: str, k: int | None, decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The loop a block refers to (decision `k` of the trace, if any): decision, forecast, capacities, reasons."""
+    if k is None:
+        return []
+    d = decisions[k]
+    return [f"  {which}, at {_at(d['t'])}: {d['kind']} {d['from']} → {d['to']}; forecast peak "
+            f"{_rate(d.get('forecast_peak'))}, capacity estimated {_rate(d.get('capacity_estimate'))}, true "
+            f"{_rate(d.get('true_capacity'))}", *_reason_lines(d.get("reasons") or ())]
 
 
 def stretch_block(n: int, c: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -92,14 +95,7 @@ def stretch_block(n: int, c: Mapping[str, Any], decisions: Sequence[Mapping[str,
     out = [f"costliest stretch {n} at {_at(c['start'])} – {_at(c['end'])}: {c['scaleout']} worker(s) where {need} "
            f"would do ({c['lower_bound_mean']:.1f} on average, the lower bound): "
            f"{c['worker_seconds_above_lower_bound']:,.0f} worker-s above it"]
-    k = c.get("decision_middle")
-    if k is not None:
-        d = decisions[k]
-        out.append(f"  the loop halfway through, at {_at(d['t'])}: {d['kind']} {d['from']} → {d['to']}; forecast peak "
-                   f"{_rate(d.get('forecast_peak'))}, capacity estimated {_rate(d.get('capacity_estimate'))}, true "
-                   f"{_rate(d.get('true_capacity'))}")
-        out += _reason_lines(d.get("reasons") or ())
-    return out
+    return out + _loop_lines("the loop halfway through", c.get("decision_middle"), decisions)
 
 
 def trace_blocks(trace: Mapping[str, Any]) -> list[str]:
