@@ -43,9 +43,6 @@ SOCKET_ENV = "DAEDALUS_PREFORK_SOCKET"
 STOP_TIMEOUT_ENV = "DAEDALUS_WORKER_STOP_TIMEOUT"
 STOP_TIMEOUT_S = 25.0  # the whole stop; inside Kubernetes' default termination grace period (30 s)
 CANCEL_S = 5.0  # a run told to cancel has this long to record its end and exit before it is killed
-RELATED_REFRESH_S = 300.0  # what every run would read is read again this often (`prefill_related` and after) …
-RELATED_RETRY_S = 30.0  # … or this soon when the API could not give them (a pool the worker has not created yet)
-RELATED_ROOM = 100  # entries a run may add to the cache of what its events name (Prefect's own size for it)
 TEARDOWN_S = 5.0  # for the Prefect worker and the preloaded process to exit after their runs, and record them
 STOPPED = "Cancelled: the worker running it was stopped (daedalus worker, SIGTERM or SIGINT)"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -278,82 +275,6 @@ def complete_models() -> int:
     return sum(bool(c.model_rebuild(raise_errors=False)) for c in deferred)
 
 
-def prefill_related(pool: str) -> int:
-    """Read, here, the objects every run's events name, for every child to inherit: the pool, its work queues, its
-    deployments and their flows, in Prefect's own cache of related resources (`prefect.events.related`).
-
-    A run's events name its flow, deployment, work queue and pool, and each run process read all four from the API
-    before its first event: four requests per loop run, of the 29 it sent (counted through the fleet's balancer).
-    Prefect keeps them in a module-level cache that a worker fills for its whole life; a forked run inherits this
-    process's copy, so what is read here is read once for all the runs until the next refresh (`RELATED_REFRESH_S`):
-    a deployment's new tags reach its runs' events that much later. Returns the entries put in the cache; 0, and the
-    cache unchanged, when the API does not answer (each run then reads for itself, as before). The client is closed
-    before this returns: the process forks with no connection open."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterId, WorkPoolFilter, WorkPoolFilterName
-    from prefect.events import related
-    from prefect.types._datetime import now
-
-    try:
-        with get_client(sync_client=True) as client:
-            work_pool = client.read_work_pool(pool)
-            deployments = []
-            while page := client.read_deployments(  # pages of the server's own size, until one comes back empty
-                    work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[pool])), offset=len(deployments)):
-                deployments += page
-            flow_ids = list({d.flow_id for d in deployments})
-            flows = client.read_flows(flow_filter=FlowFilter(id=FlowFilterId(any_=flow_ids)),
-                                      limit=len(flow_ids)) if flow_ids else []
-            queues = client.read_work_queues(work_pool_name=pool)
-    except Exception as exc:  # the API did not answer: the runs read what they name themselves
-        print(f"could not read the objects the runs' events name (each run reads them itself until a retry in "
-              f"{RELATED_RETRY_S:.0f} s): {type(exc).__name__}: {exc}", flush=True)
-        return 0
-    read_at = now("UTC")
-    found = [("work-pool", pool, work_pool), *(("deployment", d.id, d) for d in deployments),
-             *(("flow", f.id, f) for f in flows), *(("work-queue", q.id, q) for q in queues)]
-    related.RESOURCE_CACHE.clear()  # this process emits no events: its cache holds exactly what was read
-    for kind, key, obj in found:
-        related.RESOURCE_CACHE[f"{kind}.{key}"] = ({"kind": kind, "object": obj}, read_at)
-    # Room for all of it and for what a run adds: over the cache's size, each lookup of a run evicts the oldest
-    # entry, and with all read at once that may be the next one the run looks up (its pool, at 100 jobs).
-    related.MAX_CACHE_SIZE = len(found) + RELATED_ROOM
-    return len(found)
-
-
-def share_result_storage() -> bool:
-    """Read, here, which result storage the server sets as the default, for every child to inherit.
-
-    Prefect's engine asks the API for it (`/admin/storage`) each time it builds a result store, twice a loop run,
-    although a loop run stores no result. Read with the objects its events name (`prefill_related`, as often), the
-    value is served to Prefect's two readers of it in this process (`prefect.results`), so a forked run asks nothing:
-    an administrator's new default reaches the runs at the next refresh. False, and nothing changed, when the API does
-    not answer (the runs keep the last value read, or read it themselves) or this Prefect reads it elsewhere."""
-    import prefect.results as results
-
-    readers = ("_read_server_default_result_storage_block_id", "_aread_server_default_result_storage_block_id")
-    if not all(callable(getattr(results, name, None)) for name in readers):
-        return False
-    from prefect.client.orchestration import get_client
-
-    try:
-        with get_client(sync_client=True) as client:
-            block_id = client.read_server_default_result_storage().default_result_storage_block_id
-    except Exception as exc:  # the API did not answer: nothing changes
-        print(f"could not read the server's default result storage: {type(exc).__name__}: {exc}", flush=True)
-        return False
-
-    def read() -> object:
-        return block_id
-
-    async def aread() -> object:
-        return block_id
-
-    results._read_server_default_result_storage_block_id = read  # type: ignore[assignment]
-    results._aread_server_default_result_storage_block_id = aread  # type: ignore[assignment]
-    return True
-
-
 def _cancel_run(_signum: int, _frame: object) -> None:
     """In a run process, on SIGUSR1 from the preloaded process (the worker is stopping): terminate as the Prefect
     worker cancels a run. It sets the intent "cancel" over its control channel before its SIGTERM, and the engine
@@ -409,9 +330,7 @@ def _record_cancelled(runs: set[str], pool: str, worker: str) -> None:
 
 
 class _Zygote:
-    """The preloaded process's loop: fork a run per request, reading the objects the runs' events name and the
-    server's default result storage every `RELATED_REFRESH_S` in between; on a stop, let the runs finish, then cancel
-    the rest.
+    """The preloaded process's loop: fork a run per request; on a stop, let the runs finish, then cancel the rest.
 
     `live` (pid → flow run id) is kept by the SIGCHLD handler, so it holds exactly the runs still going. A stop
     starts on SIGTERM or SIGINT from `daedalus worker`, or when `parent_fd` closes (the Prefect worker `worker` has
@@ -430,7 +349,6 @@ class _Zygote:
         self.cancel_at: float | None = None  # end of the grace period, once stopping
         self.kill_at: float | None = None  # once the runs were told to cancel
         self.announced = False
-        self.related_at = 0.0  # when to read the objects the runs' events name again (`prefill_related`)
 
     def stop(self, _signum: int = 0, _frame: object = None) -> None:
         """Start the grace period (a signal handler: it prints nothing, a print it interrupted would raise)."""
@@ -506,9 +424,6 @@ class _Zygote:
 
         watched: list[socket.socket | int] = [self.listener, self.parent_fd]
         while not self._stopped():
-            if self.cancel_at is None and time.monotonic() >= self.related_at:
-                read = prefill_related(self.pool) and share_result_storage()
-                self.related_at = time.monotonic() + (RELATED_REFRESH_S if read else RELATED_RETRY_S)
             ready = select.select(watched, [], [], 0.2)[0]
             if self.parent_fd is not None and self.parent_fd in ready and not os.read(self.parent_fd, 1):
                 watched.remove(self.parent_fd)  # EOF: no more clients will come

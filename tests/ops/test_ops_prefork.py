@@ -11,12 +11,7 @@ import certifi
 import pytest
 from prefect.client import orchestration
 from prefect.client.orchestration import PrefectClient
-from prefect.settings import (
-    PREFECT_API_SSL_CERT_FILE,
-    PREFECT_API_TLS_INSECURE_SKIP_VERIFY,
-    PREFECT_API_URL,
-    temporary_settings,
-)
+from prefect.settings import PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY, temporary_settings
 
 from daedalus.runtime.prefork import complete_models, share_tls_contexts, skip_suspension_observer
 
@@ -140,79 +135,3 @@ def test_a_loop_run_starts_no_suspension_observer(prefect_harness, monkeypatch: 
     assert len(observers()) == 1
     assert skip_suspension_observer()
     assert observers() == []
-
-
-def test_the_objects_a_run_s_events_name_are_read_once_before_any_run(prefect_harness,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # Known answer on Prefect's own API: a run's events name its flow, deployment, work queue and pool, and each run
-    # process read them (four requests). Read once here, a run from the pool's deployment finds all four in the cache
-    # it inherits, and Prefect's lookup asks the API for none of them. No thread or connection is left behind.
-    import asyncio
-    import threading
-
-    from prefect.client.orchestration import get_client
-    from prefect.events import related
-
-    from daedalus.runtime.prefork import prefill_related
-
-    monkeypatch.setattr(related, "RESOURCE_CACHE", {"flow.gone": ({}, None)})  # put back after, as the size
-    monkeypatch.setattr(related, "MAX_CACHE_SIZE", related.MAX_CACHE_SIZE)
-    with get_client(sync_client=True) as client:
-        from prefect.client.schemas.actions import WorkPoolCreate
-
-        client.create_work_pool(WorkPoolCreate(name="prefill-pool", type="process"), overwrite=True)
-        flow_id = client.create_flow_from_name("prefill-flow")
-        deployment_id = client.create_deployment(flow_id, "prefill-job", work_pool_name="prefill-pool")
-        run = client.create_flow_run_from_deployment(deployment_id)
-    threads = threading.active_count()
-    assert prefill_related("prefill-pool") >= 4
-    assert threading.active_count() == threads
-    keys = {f"flow.{run.flow_id}", f"deployment.{run.deployment_id}", f"work-queue.{run.work_queue_id}",
-            f"work-pool.{run.work_pool_name}"}
-    assert keys <= related.RESOURCE_CACHE.keys() and "flow.gone" not in related.RESOURCE_CACHE
-    # Room for a run's own lookups: beyond the size, each would evict the oldest entry, one it may need next.
-    assert len(related.RESOURCE_CACHE) + 100 == related.MAX_CACHE_SIZE
-
-    async def unread(obj_id: object) -> None:
-        raise AssertionError(f"read {obj_id} from the API")
-
-    for key in keys:
-        kind, obj_id = key.split(".", 1)
-        entry = asyncio.run(related._get_and_cache_related_object(kind, kind, unread, obj_id, related.RESOURCE_CACHE))
-        assert entry["object"].name in {"prefill-flow", "prefill-job", "default", "prefill-pool"}
-    assert related.RESOURCE_CACHE[f"deployment.{deployment_id}"][0]["object"].name == "prefill-job"
-    # The API gone: nothing read, nothing in the cache changed, and the runs read for themselves.
-    cached = dict(related.RESOURCE_CACHE)
-    with temporary_settings({PREFECT_API_URL: API}):
-        assert prefill_related("prefill-pool") == 0
-    assert cached == related.RESOURCE_CACHE
-
-
-def test_the_server_s_default_result_storage_is_read_once_before_any_run(prefect_harness, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Known answer on Prefect's own API: with a default result storage set on the server, Prefect's readers of it give
-    # its block's id. Once shared, they give it with the API gone, where Prefect's own would find none.
-    import asyncio
-
-    import prefect.results as results
-    from prefect.client.orchestration import get_client
-    from prefect.filesystems import LocalFileSystem
-
-    from daedalus.runtime.prefork import share_result_storage
-
-    for name in ("_read_server_default_result_storage_block_id", "_aread_server_default_result_storage_block_id"):
-        monkeypatch.setattr(results, name, getattr(results, name))  # put back after
-    block_id = LocalFileSystem(basepath=str(tmp_path)).save("shared-results", overwrite=True)
-    with get_client(sync_client=True) as client:
-        client.update_server_default_result_storage(block_id)
-    try:
-        with temporary_settings({PREFECT_API_URL: API}):
-            assert results._read_server_default_result_storage_block_id() is None  # Prefect's own: the API is gone
-            assert not share_result_storage()  # nothing read, nothing changed
-        assert share_result_storage()
-    finally:
-        with get_client(sync_client=True) as client:
-            client.clear_server_default_result_storage()
-    with temporary_settings({PREFECT_API_URL: API}):
-        assert results._read_server_default_result_storage_block_id() == block_id
-        assert asyncio.run(results._aread_server_default_result_storage_block_id()) == block_id
