@@ -155,8 +155,9 @@ def client() -> int:
 # --- the preloaded process ---------------------------------------------------------------------------------
 
 
-def _run_child(conn: socket.socket, request: dict) -> None:
-    """In the forked child: become the flow run's process, run the engine, report the exit code. Never returns."""
+def _run_child(conn: socket.socket, request: dict, inherits: bool = False) -> None:
+    """In the forked child: become the flow run's process, run the engine, report the exit code. Never returns.
+    `inherits`: the preloaded process's Prefect settings are the run's (runtime/inherited_settings.py)."""
     code = 1
     try:
         for signum, handler in ((signal.SIGCHLD, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL),
@@ -175,13 +176,11 @@ def _run_child(conn: socket.socket, request: dict) -> None:
         _send(conn, {"pid": os.getpid()})
         import runpy
 
-        import prefect.context
-        from prefect.logging.configuration import setup_logging
-
         from daedalus.flows.mape_k import NO_SUSPENSION_OBSERVER
+        from daedalus.runtime.inherited_settings import build_settings
 
-        prefect.context.refresh_global_settings_context()
-        setup_logging()  # logging levels from the run's environment (a deployment's job variables), as at startup
+        if not inherits:
+            build_settings()
         if os.environ.get(NO_SUSPENSION_OBSERVER) == "true":
             skip_suspension_observer()
         sys.modules.pop("prefect.engine", None)  # run as __main__ below, as `python -m prefect.engine` would
@@ -349,6 +348,9 @@ class _Zygote:
         self.cancel_at: float | None = None  # end of the grace period, once stopping
         self.kill_at: float | None = None  # once the runs were told to cancel
         self.announced = False
+        from daedalus.runtime.inherited_settings import InheritedSettings
+
+        self.settings = InheritedSettings()
 
     def stop(self, _signum: int = 0, _frame: object = None) -> None:
         """Start the grace period (a signal handler: it prints nothing, a print it interrupted would raise)."""
@@ -385,6 +387,7 @@ class _Zygote:
         if self.kill_at is None:
             sys.stdout.flush()
             sys.stderr.flush()
+            inherits = self.settings.inherits(request)
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # track the pid before it can be reaped
             try:
                 pid = os.fork()
@@ -392,13 +395,15 @@ class _Zygote:
                     self.listener.close()
                     if self.parent_fd is not None:
                         os.close(self.parent_fd)
-                    _run_child(conn, request)
+                    _run_child(conn, request, inherits)
                 self.live[pid] = run
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         elif run:  # past the grace period a new run is not started: it ends Cancelled at once
             self.cut_short.add(run)
         conn.close()
+        if self.kill_at is None:
+            self.settings.adopt(time.monotonic())  # after the fork: no run waits for it
 
     def _stopped(self) -> bool:
         """Move the stop along (grace, cancel, kill); True once it is over: no run left, and no client to come

@@ -233,3 +233,50 @@ def test_sigterm_lets_runs_finish_within_the_grace_then_cancels_the_rest(deploye
 def test_sigint_with_a_short_stop_timeout_cancels_runs_at_once(deployed) -> None:
     result = stop_with_a_run_in_flight(deployed, signal.SIGINT, 10.0, "worker-sigint")
     assert_stopped_cleanly(deployed, result, 10.0 + 3)
+
+
+# --- settings a forked run inherits (runtime/inherited_settings.py) ------------------------------------------------
+
+
+def run_logs(server: LocalPrefect, run_id: str) -> list[dict]:
+    return api(server, "POST", "/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
+
+
+def test_forked_runs_log_at_the_levels_their_own_deployments_set(deployed) -> None:
+    """The loops' runs inherit the settings the preloaded process built from their environment, built once, in
+    which their task runs log warnings only (LOOP_ENV); a recovery monitor, whose deployment sets no level, builds
+    its own and logs its task runs' ends, as a fresh `python -m prefect.engine` would."""
+    server, root = deployed
+    name = "worker-levels"
+    worker = server.start_worker(POOL, prefork=True, name=name, env={"PREFECT_WORKER_QUERY_SECONDS": "2"})
+    started = time.time()
+
+    deployments = {d["name"]: d["id"] for d in api(server, "POST", "/deployments/filter", json={"limit": 50})}
+    loop_ids = {deployments["ads"], deployments["clicks"]}
+
+    def loops_completed() -> list[dict]:
+        done = [r for r in pool_runs(server) if r["deployment_id"] in loop_ids and r["state"]["type"] == "COMPLETED"
+                and r["end_time"] and _epoch(r["end_time"]) > started]
+        return done if len(done) >= 4 else []  # two minutes of both jobs' loops
+
+    loops = wait_for("four completed loop runs", loops_completed, 300, server)
+    parameters = {"job": "ads", "decision": "levels-test", "rescale_time": time.time(), "timeout_s": 1, "poll_s": 1,
+                  "store_url": str(root / "store"), "jobs_file": str(root / "jobs.yaml")}
+    monitor = api(server, "POST", f"/deployments/{deployments['recovery-monitor']}/create_flow_run",
+                  json={"parameters": parameters})["id"]
+    wait_for("the recovery monitor to finish", lambda: api(server, "GET", f"/flow_runs/{monitor}")["state"]["type"]
+             in {"COMPLETED", "FAILED", "CRASHED"}, 120, server)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(STOP_TIMEOUT_S + 30)
+
+    def task_ends(run_id: str) -> list[dict]:
+        return [g for g in run_logs(server, run_id)
+                if g["name"] == "prefect.task_runs" and g["message"].startswith("Finished in state")]
+
+    for loop in loops:
+        assert any(g["name"] == "prefect.flow_runs" for g in run_logs(server, loop["id"])), loop["name"]
+        assert task_ends(loop["id"]) == [], loop["name"]
+    assert api(server, "GET", f"/flow_runs/{monitor}")["state"]["type"] == "COMPLETED"
+    assert len(task_ends(monitor)) >= 2  # follow-recovery and publish-recovery at least
+    log = (server.home / f"{name}.log").read_text(errors="replace")
+    assert "built the Prefect settings of the runs forked most" in log, log[-4000:]
