@@ -1,8 +1,8 @@
 """Prefect settings and logging that a forked flow run inherits instead of building them again.
 
 `python -m prefect.engine` builds Prefect's settings from its environment and configures logging from them at
-startup; a run forked from the preloaded process (runtime/prefork.py) did the same, about 0.12 CPU-s, a quarter of a
-loop run's CPU, to build the same settings every time. The preloaded process therefore keeps the settings of the
+startup; a run forked from the preloaded process (runtime/prefork.py) did the same, about 0.12 CPU-s, a third of a
+steady loop run's CPU, to build the same settings every time. The preloaded process therefore keeps the settings of the
 runs it forks most often: every minute at most, it builds them once from the most frequent inputs of the runs it
 forked in that minute, and a run whose inputs are those inherits them. Any other run builds its own, as before.
 
