@@ -143,14 +143,20 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalPr
         server.stop()
 
 
-def long_monitor(server: LocalPrefect, root: Path) -> str:
-    """A recovery-monitor run that polls for ten minutes: its rescale is in the future, so the job never recovers."""
+def monitor_run(server: LocalPrefect, root: Path, decision: str, rescale_time: float, timeout_s: float,
+                poll_s: float) -> str:
+    """A recovery-monitor run of ads, created through its deployment; its id."""
     deployment = next(d for d in api(server, "POST", "/deployments/filter", json={"limit": 50})
                       if d["name"] == "recovery-monitor")
     run = api(server, "POST", f"/deployments/{deployment['id']}/create_flow_run", json={"parameters": {
-        "job": "ads", "decision": "stop-test", "rescale_time": 4e9, "timeout_s": 600, "poll_s": 2,
+        "job": "ads", "decision": decision, "rescale_time": rescale_time, "timeout_s": timeout_s, "poll_s": poll_s,
         "store_url": str(root / "store"), "jobs_file": str(root / "jobs.yaml")}})
     return run["id"]
+
+
+def long_monitor(server: LocalPrefect, root: Path) -> str:
+    """A recovery-monitor run that polls for ten minutes: its rescale is in the future, so the job never recovers."""
+    return monitor_run(server, root, "stop-test", rescale_time=4e9, timeout_s=600, poll_s=2)
 
 
 def claimed_but_not_started(server: LocalPrefect, worker_pid: int) -> str:
@@ -260,11 +266,8 @@ def test_forked_runs_log_at_the_levels_their_own_deployments_set(deployed) -> No
         return done if len(done) >= 4 else []  # two minutes of both jobs' loops
 
     loops = wait_for("four completed loop runs", loops_completed, 300, server)
-    parameters = {"job": "ads", "decision": "levels-test", "rescale_time": time.time(), "timeout_s": 1, "poll_s": 1,
-                  "store_url": str(root / "store"), "jobs_file": str(root / "jobs.yaml")}
-    monitor = api(server, "POST", f"/deployments/{deployments['recovery-monitor']}/create_flow_run",
-                  json={"parameters": parameters})["id"]
-    wait_for("the recovery monitor to finish", lambda: api(server, "GET", f"/flow_runs/{monitor}")["state"]["type"]
+    quick = monitor_run(server, root, "levels-test", rescale_time=time.time(), timeout_s=1, poll_s=1)
+    wait_for("the recovery monitor to finish", lambda: api(server, "GET", f"/flow_runs/{quick}")["state"]["type"]
              in {"COMPLETED", "FAILED", "CRASHED"}, 120, server)
     worker.send_signal(signal.SIGTERM)
     worker.wait(STOP_TIMEOUT_S + 30)
@@ -276,7 +279,7 @@ def test_forked_runs_log_at_the_levels_their_own_deployments_set(deployed) -> No
     for loop in loops:
         assert any(g["name"] == "prefect.flow_runs" for g in run_logs(server, loop["id"])), loop["name"]
         assert task_ends(loop["id"]) == [], loop["name"]
-    assert api(server, "GET", f"/flow_runs/{monitor}")["state"]["type"] == "COMPLETED"
-    assert len(task_ends(monitor)) >= 2  # follow-recovery and publish-recovery at least
+    assert api(server, "GET", f"/flow_runs/{quick}")["state"]["type"] == "COMPLETED"
+    assert len(task_ends(quick)) >= 2  # follow-recovery and publish-recovery at least
     log = (server.home / f"{name}.log").read_text(errors="replace")
     assert "built the Prefect settings of the runs forked most" in log, log[-4000:]
