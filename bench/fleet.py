@@ -11,7 +11,8 @@ are not the steady state) the fleet runs for the given minutes. Measured over th
   processes), `postgres` (the postmaster and its backends), `redis`;
 - the start delay of every run that came due (actual − expected start; a run that never started counts with the
   time it had waited when the window closed);
-- the most runs more than a minute late at once (sampled every 30 s).
+- the most runs more than a minute late at once (sampled every 30 s);
+- the machine's speed: the CPU time of a fixed piece of work at the window's start and end (`bench/reference.py`).
 
 A straight line per kind (CPU-seconds per minute against jobs) is fitted over the sizes and projected to 1,000 and
 10,000 jobs, in cores; where the total crosses this machine's cores is where it stops keeping up.
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from daedalus.bench.reference import reference_cpu_s
 from daedalus.bench.schedule import (
     _deploy,
     _machine_busy,
@@ -127,6 +129,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
             _, deploy_s = _deploy(f"deploying {jobs} jobs", path, root, True, True, on_progress)
             say(f"{jobs} jobs: deployed in {deploy_s:.0f} s; warming up {warmup_min:g} min")
             time.sleep(60 * warmup_min)
+            reference = [reference_cpu_s()]
             start, cpu0, busy0 = time.time(), cpu_by_kind(fleet), _machine_busy()
             end = start + 60 * minutes
             late: list[int] = []
@@ -135,6 +138,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
                 late.append(asyncio.run(_sample("mape-k", time.time()))["backlog"])
                 say(f"{jobs} jobs: minute {(time.time() - start) / 60:.1f}, runs > 1 min late: {late[-1]}")
             cpu1, busy1 = cpu_by_kind(fleet), _machine_busy()
+            reference.append(reference_cpu_s())
             time.sleep(DRAIN_S)
             runs = asyncio.run(_runs("mape-k", start, end))
             delays, states = start_delays(runs, start, end, end + DRAIN_S)
@@ -152,6 +156,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
                       **{k: round(v / (60 * minutes), 3) for k, v in used.items()}},
         "start_delay_s": delay, "late_runs_max": max(late, default=0), "runs_due": sum(states.values()),
         "states": states, "machine_busy_percent": round(busy, 1),
+        "reference_cpu_s": round(sum(reference) / len(reference), 4),
         # Kept up: every run that came due completed (none cancelled by a collision, none still waiting) and the
         # p95 start delay stayed under a minute. A size that did not has done less work than it was given: its CPU
         # per job-minute is too low, and it is left out of the fitted lines.

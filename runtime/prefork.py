@@ -3,7 +3,8 @@
 A process worker starts every flow run as a new `python -m prefect.engine`: about 4 CPU-seconds of imports
 (Prefect, pandas, statsmodels, pmdarima) before a loop iteration that itself takes a fraction of a second.
 With a hundred jobs a minute on two cores that alone would not keep up. `daedalus worker` therefore starts a
-preloaded process (imports done, no threads, no connections) next to a normal `prefect worker start`, and
+preloaded process (imports done, no threads, no connections) next to a normal `prefect worker start` (started
+through `runtime/prefect_worker.py`, which computes once what Prefect computes for every run it submits), and
 deployments set the process pool's `command` to a tiny client (`python -I -m daedalus.runtime.prefork`). The
 client hands its environment and working folder to the preloaded process, which forks; the child runs exactly
 what `python -m prefect.engine` runs and reports its exit code. Cancellation signals are forwarded to the child.
@@ -25,7 +26,6 @@ are still recorded as Cancelled).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
@@ -35,7 +35,6 @@ import struct
 import subprocess
 import sys
 import time
-import types
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -222,38 +221,6 @@ def skip_suspension_observer() -> bool:
 @contextlib.contextmanager
 def _no_suspension_observer(*_args: object, **_kwargs: object) -> Iterator[None]:
     yield
-
-
-def share_tls_contexts() -> None:
-    """Build Prefect's verified TLS context once per CA file, here, for every child to inherit.
-
-    Prefect loads the CA bundle into a new TLS context for every API client it opens: about 15 ms of CPU,
-    seven clients per loop run, which was a quarter of a run's CPU in the child (py-spy over 20 jobs). A
-    context is not changed once Prefect hands it to httpx, so runs can share it. Only Prefect's client module
-    sees the cache; the context Prefect modifies (`PREFECT_API_TLS_INSECURE_SKIP_VERIFY`) is still built per
-    client. Like the code, the CA file is read when the worker starts: restart it after changing the file.
-    """
-    import ssl
-
-    import certifi
-    from prefect.client import orchestration
-
-    @functools.cache
-    def verified(cafile: str) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=cafile)
-
-    def create_default_context(purpose: ssl.Purpose = ssl.Purpose.SERVER_AUTH, *, cafile: str | None = None,
-                               capath: str | None = None, cadata: str | bytes | None = None) -> ssl.SSLContext:
-        if cafile is not None and capath is None and cadata is None and purpose == ssl.Purpose.SERVER_AUTH:
-            return verified(str(cafile))
-        return ssl.create_default_context(purpose, cafile=cafile, capath=capath, cadata=cadata)
-
-    orchestration.ssl = types.SimpleNamespace(**{**vars(ssl), "create_default_context": create_default_context})
-    from prefect.settings import get_current_settings
-
-    # the file Prefect will load: `PREFECT_API_SSL_CERT_FILE` (by default the environment's `SSL_CERT_FILE`), else
-    # certifi's bundle. Warming certifi's alone missed wherever SSL_CERT_FILE is set: every run loaded its file again.
-    verified(get_current_settings().api.ssl_cert_file or certifi.where())
 
 
 def complete_models() -> int:
@@ -444,6 +411,8 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
     """Preload, then fork one child per request until stopped (see `_Zygote`)."""
     import importlib
 
+    from daedalus.runtime.process_caches import cache_time_zones, share_tls_contexts
+
     os.environ.setdefault("MPLBACKEND", "Agg")
     # One BLAS thread per run: a loop's matrices are small, and with dozens of runs in flight on a few cores
     # extra threads only spin and contend (load average 60 on 2 cores when a fleet's first fits coincided).
@@ -452,6 +421,7 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
     for name in PRELOAD:
         importlib.import_module(name)
     share_tls_contexts()
+    cache_time_zones()
     complete_models()
     if path.exists():
         path.unlink()
@@ -529,8 +499,9 @@ def run_worker(pool: str, socket_path: Path | None = None, limit: int | None = N
         os.close(parent_fd)
         _wait_until(lambda: socket_path.exists() or zygote.poll() is not None or bool(asked), 60.0)
         if not asked:
-            worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
-                                       "process", "--name", name, *(["--limit", str(limit)] if limit else []),
+            worker = subprocess.Popen([sys.executable, "-m", "daedalus.runtime.prefect_worker", "worker", "start",
+                                       "--pool", pool, "--type", "process", "--name", name,
+                                       *(["--limit", str(limit)] if limit else []),
                                        *(arg for q in queues for arg in ("--work-queue", q))],
                                       env={**env, SOCKET_ENV: str(socket_path)}, start_new_session=True,
                                       preexec_fn=_interrupt_when_orphaned())

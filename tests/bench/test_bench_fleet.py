@@ -45,3 +45,11 @@ def test_start_delays_count_a_run_that_never_started_as_waiting_until_the_window
     delays, states = start_delays(runs, since=100, until=200, closed=220)
     assert delays == pytest.approx([1.5, 60.0])
     assert states == {"Completed": 1, "Late": 1, "Cancelled": 1}
+
+
+def test_the_reference_work_is_fixed_and_timed() -> None:
+    from daedalus.bench.reference import _work, reference_cpu_s
+
+    # 35,000 records, two in three not Pending (i % 3 != 0: 23,333 of them), each a 10-character name and 2 tags
+    assert _work() == 23_333 * 12
+    assert reference_cpu_s(repeats=1) > 0

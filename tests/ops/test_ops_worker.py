@@ -28,7 +28,7 @@ from tests.ops.conftest import write_jobs
 pytestmark = pytest.mark.slow
 
 POOL = "ops-worker"
-OURS = (b"daedalus.runtime.prefork", b"prefect.engine", b"prefect\0worker")
+OURS = (b"daedalus.runtime.prefork", b"daedalus.runtime.prefect_worker", b"prefect.engine", b"prefect\0worker")
 FINAL = {"COMPLETED", "CANCELLED"}  # the runs a stopped worker leaves besides Scheduled: no Pending/Running/Crashed
 
 
