@@ -12,7 +12,10 @@ are not the steady state) the fleet runs for the given minutes. Measured over th
 - the start delay of every run that came due (actual − expected start; a run that never started counts with the
   time it had waited when the window closed);
 - the most runs more than a minute late at once (sampled every 30 s);
-- the machine's speed: the CPU time of a fixed piece of work at the window's start and end (`bench/reference.py`).
+- the machine's speed: the CPU time of a fixed piece of work (`bench/reference.py`) before the fleet starts
+  (`idle`) and at the window's start and end (`loaded`). On a virtual machine a CPU-second under load does less
+  work than an idle one (here the same work took 0.12 CPU-s idle and 0.28 beside a 50-job fleet): figures in units
+  of `loaded` compare across machines and loads.
 
 A straight line per kind (CPU-seconds per minute against jobs) is fitted over the sizes and projected to 1,000 and
 10,000 jobs, in cores; where the total crosses this machine's cores is where it stops keeping up.
@@ -121,6 +124,7 @@ def start_delays(runs: list[Any], since: float, until: float, closed: float) -> 
 def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARMUP_MIN,
                  say: Callable[[str], None] = print, on_progress: OnProgress | None = None) -> dict[str, Any]:
     """One size: a fresh fleet in `root`, N jobs deployed, the warm-up, then `minutes` measured."""
+    idle = reference_cpu_s()
     say(f"{jobs} jobs: starting the fleet in {root} ...")
     fleet = up(root, pool=POOL)
     try:
@@ -129,7 +133,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
             _, deploy_s = _deploy(f"deploying {jobs} jobs", path, root, True, True, on_progress)
             say(f"{jobs} jobs: deployed in {deploy_s:.0f} s; warming up {warmup_min:g} min")
             time.sleep(60 * warmup_min)
-            reference = [reference_cpu_s()]
+            loaded = [reference_cpu_s()]
             start, cpu0, busy0 = time.time(), cpu_by_kind(fleet), _machine_busy()
             end = start + 60 * minutes
             late: list[int] = []
@@ -138,7 +142,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
                 late.append(asyncio.run(_sample("mape-k", time.time()))["backlog"])
                 say(f"{jobs} jobs: minute {(time.time() - start) / 60:.1f}, runs > 1 min late: {late[-1]}")
             cpu1, busy1 = cpu_by_kind(fleet), _machine_busy()
-            reference.append(reference_cpu_s())
+            loaded.append(reference_cpu_s())
             time.sleep(DRAIN_S)
             runs = asyncio.run(_runs("mape-k", start, end))
             delays, states = start_delays(runs, start, end, end + DRAIN_S)
@@ -156,7 +160,7 @@ def measure_size(jobs: int, minutes: float, root: Path, warmup_min: float = WARM
                       **{k: round(v / (60 * minutes), 3) for k, v in used.items()}},
         "start_delay_s": delay, "late_runs_max": max(late, default=0), "runs_due": sum(states.values()),
         "states": states, "machine_busy_percent": round(busy, 1),
-        "reference_cpu_s": round(sum(reference) / len(reference), 4),
+        "reference_cpu_s": {"idle": idle, "loaded": round(sum(loaded) / len(loaded), 4)},
         # Kept up: every run that came due completed (none cancelled by a collision, none still waiting) and the
         # p95 start delay stayed under a minute. A size that did not has done less work than it was given: its CPU
         # per job-minute is too low, and it is left out of the fitted lines.

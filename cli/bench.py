@@ -419,17 +419,17 @@ def fleet(
         fail(exc)
     t = Table(title=f"CPU-seconds per job-minute by process kind, {minutes:g} min per size, "
                     f"{report['sizing']['machine_cores']} cores")
-    for column in ("jobs", "total", *KINDS, "delay p50/p95/max (s)", "late max", "busy %", "reference (s)"):
+    for column in ("jobs", "total", *KINDS, "delay p50/p95/max (s)", "late max", "busy %", "reference idle/loaded (s)"):
         t.add_column(column, justify="right")
     for s in report["sizes"]:
         c, d = s["cpu_s_per_job_minute"], s["start_delay_s"]
         t.add_row(str(s["jobs"]), f"{c['total']:.3f}", *(f"{c[k]:.3f}" for k in KINDS),
                   f"{d['p50']} / {d['p95']} / {d['max']}", str(s["late_runs_max"]),
                   f"{s['machine_busy_percent']:.0f}" + ("" if s["kept_up"] else " (behind)"),
-                  f"{s['reference_cpu_s']:.3f}")
+                  f"{s['reference_cpu_s']['idle']:.3f} / {s['reference_cpu_s']['loaded']:.3f}")
     out.print(t)
-    out.print("reference: CPU-s of a fixed piece of Python work during the window (bench/reference.py); "
-              "compare figures from machines with the same reference")
+    out.print("reference: CPU-s of a fixed piece of Python work before the fleet and during the window "
+              "(bench/reference.py); divide by the loaded one to compare machines")
     p = Table(title="projected cores (fitted lines: CPU-s per minute = intercept + per job × jobs)")
     for column in ("jobs", "total", *KINDS):
         p.add_column(column, justify="right")
