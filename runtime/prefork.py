@@ -223,24 +223,6 @@ def _no_suspension_observer(*_args: object, **_kwargs: object) -> Iterator[None]
     yield
 
 
-def complete_models() -> int:
-    """Build, here, the validators Prefect's models defer until first use, for every child to inherit.
-
-    Prefect declares its API schemas with pydantic's deferred build: each class builds its validator the first
-    time it is used, in every process. In a forked run that was eight classes per run, about a twentieth of the
-    run's CPU in the child (cProfile over 20 runs of a fleet). Building all of them once in the preloaded process costs
-    less than a tenth of a second. Returns how many were built; a class that cannot be built yet is left to build
-    itself as before."""
-    import pydantic
-
-    def subclasses(cls: type) -> list[type]:
-        found = cls.__subclasses__()
-        return found + [s for c in found for s in subclasses(c)]
-
-    deferred = {c for c in subclasses(pydantic.BaseModel) if not c.__pydantic_complete__}
-    return sum(bool(c.model_rebuild(raise_errors=False)) for c in deferred)
-
-
 def _cancel_run(_signum: int, _frame: object) -> None:
     """In a run process, on SIGUSR1 from the preloaded process (the worker is stopping): terminate as the Prefect
     worker cancels a run. It sets the intent "cancel" over its control channel before its SIGTERM, and the engine
@@ -411,7 +393,7 @@ def serve(path: Path, grace_s: float, parent_fd: int, pool: str, worker: str) ->
     """Preload, then fork one child per request until stopped (see `_Zygote`)."""
     import importlib
 
-    from daedalus.runtime.process_caches import cache_time_zones, share_tls_contexts
+    from daedalus.runtime.process_caches import cache_time_zones, complete_models, share_tls_contexts
 
     os.environ.setdefault("MPLBACKEND", "Agg")
     # One BLAS thread per run: a loop's matrices are small, and with dozens of runs in flight on a few cores

@@ -1,5 +1,5 @@
-"""The preloaded process builds the validators Prefect defers before any run, so that no run pays for them; a loop run
-forked from it starts no suspension observer (what it shares with the Prefect worker: test_ops_process_caches.py)."""
+"""A run forked from the preloaded process exits quietly when its folder is gone and, for a loop, starts no suspension
+observer (what the preloaded process computes once for every run: test_ops_process_caches.py)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daedalus.runtime.prefork import complete_models, skip_suspension_observer
-
-
-def test_the_validators_prefect_defers_are_built_before_any_run() -> None:
-    import pydantic
-    from prefect.client.schemas.objects import FlowRunPolicy
-
-    class Deferred(pydantic.BaseModel):  # as Prefect declares its API schemas
-        model_config = pydantic.ConfigDict(defer_build=True)
-        loops: int
-
-    assert not Deferred.__pydantic_complete__
-    assert complete_models() >= 1
-    assert Deferred.__pydantic_complete__ and FlowRunPolicy.__pydantic_complete__
-    assert Deferred.model_validate({"loops": "3"}).loops == 3
+from daedalus.runtime.prefork import skip_suspension_observer
 
 
 def test_a_run_whose_folder_the_stopping_worker_removed_exits_quietly(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """What the preloaded process and the Prefect worker compute once instead of for every run: the verified TLS context
-(shared between API clients, and only that one), the time zones on disk, the settings as environment variables. Each is
-checked against Prefect's own result, and each test first shows Prefect computing it anew without the cache."""
+(shared between API clients, and only that one), the validators Prefect defers, the time zones on disk, the settings
+as environment variables. Each is checked against Prefect's own result, and each cache's first test shows Prefect
+computing it anew without it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ from prefect.settings import (
 from prefect.types import _datetime
 from prefect.workers.process import ProcessJobConfiguration
 
-from daedalus.runtime.process_caches import cache_settings_environment, cache_time_zones, share_tls_contexts
+from daedalus.runtime.process_caches import (
+    cache_settings_environment,
+    cache_time_zones,
+    complete_models,
+    share_tls_contexts,
+)
 
 API = "http://127.0.0.1:9/api"
 
@@ -81,6 +87,20 @@ def test_the_ca_file_prefect_will_use_is_loaded_before_any_run(monkeypatch: pyte
         monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: loaded.append(k) or real(*a, **k))
         tls_context(PrefectClient(API))
     assert loaded == []
+
+
+def test_the_validators_prefect_defers_are_built_before_any_run() -> None:
+    import pydantic
+    from prefect.client.schemas.objects import FlowRunPolicy
+
+    class Deferred(pydantic.BaseModel):  # as Prefect declares its API schemas
+        model_config = pydantic.ConfigDict(defer_build=True)
+        loops: int
+
+    assert not Deferred.__pydantic_complete__
+    assert complete_models() >= 1
+    assert Deferred.__pydantic_complete__ and FlowRunPolicy.__pydantic_complete__
+    assert Deferred.model_validate({"loops": "3"}).loops == 3
 
 
 # --- the time zones -------------------------------------------------------------------------------------------------
