@@ -67,6 +67,7 @@ def test_cli_policies_writes_json_markdown_and_figure(short_trace, tmp_path):
         ("", "empty workload file"),
         ("second|count\n0|100\n1|-5\n", "line 3: negative rate -5.0"),
         ("second|count\n0|100\n1|lots\n", "line 3: non-numeric value 'lots'"),
+        ("second|count\n" + "".join(f"{s}|0\n" for s in range(700)), "the rate is 0 throughout"),
         ("second|count\n" + "".join(f"{s}|100\n" for s in range(100)), "too short for the run: 100 s of workload up "
                                                                         "to line 101, at least 600 s needed"),
     ],

@@ -140,6 +140,7 @@ def test_utf8_bom_header(tmp_path: Path) -> None:
         ("second|count\n0|1\n1|2|3\n", "line 3: expected 2 fields"),
         ("date,messages\n2020-01-01 00:00:00,1\nyesterday,2\n", "line 3: not a date 'yesterday'"),
         ("second|count\n0|null\n", "every sample is missing"),
+        ("second|count\n0|0\n1|0\n", "the rate is 0 throughout: nothing to scale"),
     ],
 )
 def test_bad_input_names_file_and_line(tmp_path: Path, text: str, message: str) -> None:
@@ -198,3 +199,11 @@ def test_sine_workload_rejects_nonsense() -> None:
         sine_workload(low=10, high=5)
     with pytest.raises(ValueError, match="period_s"):
         sine_workload(period_s=0)
+
+
+def test_a_run_whose_hours_hold_no_positive_rate_is_refused(tmp_path: Path) -> None:
+    """Positive after the run's span only: the span is what gets scaled to the peak, so it is what must be > 0."""
+    path = write(tmp_path, "second|count\n0|0\n1|0\n2|0\n3|7\n")
+    assert load_workload(path).tolist() == [0, 0, 0, 7]
+    with pytest.raises(WorkloadError, match=r"the rate is 0 throughout in the first 0.000833333 h"):
+        load_workload(path, hours=3 / 3600)
