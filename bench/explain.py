@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from daedalus.models.errors import ConfigurationError
 from daedalus.models.text import duration
 
 PRICED = ("keep ", "cheapest", "hold: ")  # reasons that price schedules or say why the chosen one won
@@ -119,20 +120,40 @@ def trace_blocks(trace: Mapping[str, Any]) -> list[str]:
 
 def explain_file(path: Path) -> list[str]:
     """The blocks of a `simulate --json` report (with its trace beside it) or of a `backtest --json` report."""
-    report = json.loads(path.read_text())
+    report = _read_object(path)
     if "policies" in report and "actual" in report:  # a backtest
         out: list[str] = []
         for name, replay in report["policies"].items():
             if "trace" not in replay:
                 out.append(f"{name}: no trace in this report (written before `explain` existed)")
                 continue
-            out += trace_blocks(replay["trace"])
+            out += _blocks(path, replay["trace"])
         return out
     trace = trace_path(path)
     if not trace.is_file():
         raise FileNotFoundError(f"{path}: no trace beside it ({trace.name}); `daedalus simulate --json {path.name}` "
                                 "writes one")
-    return trace_blocks(json.loads(trace.read_text()))
+    return _blocks(trace, _read_object(trace))
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, or an error naming the file (a report mistyped or cut short is common input)."""
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{path}: not a JSON report ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{path}: not a report: a JSON object was expected, not {type(value).__name__}")
+    return value
+
+
+def _blocks(path: Path, trace: Any) -> list[str]:
+    """`trace_blocks`, with a trace that lacks what `simulate` writes named by its file."""
+    try:
+        return trace_blocks(trace)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigurationError(f"{path}: not a trace written by `daedalus simulate` or `backtest` "
+                                 f"({type(exc).__name__}: {exc})") from None
 
 
 def ledger_blocks(job: str, entries: Iterable[Any]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from daedalus.cli.common import FROM_SETTINGS, Lake, console, fail, progress
+from daedalus.cli.common import FROM_SETTINGS, Lake, Seed, console, fail, progress
 from daedalus.cli.settings import resolve
 from daedalus.models.errors import ConfigurationError, DaedalusError
 from daedalus.models.text import number
@@ -170,7 +170,7 @@ def bench(
     masters: Annotated[str, typer.Option(help="Spark masters to compare, comma-separated")] = "local[1],local[2]",
     lake: Annotated[str | None, typer.Option(help="Reuse or keep the recorded lake here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures (JSON) here")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
 ) -> None:
     """The fleet backtest on Spark, timed on each master: N simulated jobs' histories, every policy replayed in the
     executors; prints wall time, time per job and the speed-up."""

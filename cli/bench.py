@@ -15,7 +15,7 @@ from rich.table import Table
 
 from daedalus.bench.fleet import WARMUP_MIN
 from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
-from daedalus.cli.common import console, fail, out, phases, progress
+from daedalus.cli.common import Seed, console, fail, out, phases, progress
 from daedalus.models.config import MPC_SCALE_IN_S, PAPER_SCALE_IN_S, RESCALE_WINDOW_S, LoopConfig
 from daedalus.models.errors import DaedalusError
 
@@ -197,7 +197,7 @@ def retrain(
     workers: Annotated[int, typer.Option(min=1, help="Workers (rows per second) per job")] = 2,
     masters: Annotated[str, typer.Option(help="Spark masters to compare, comma-separated")] = "local[1],local[2]",
     lake: Annotated[str | None, typer.Option(help="Reuse or keep the generated lake here")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
 ) -> None:
     """Retrain N jobs' forecasters (fit + backtest + promotion) on each master; prints times and speed-up."""
     from daedalus.bench.pipeline import run_retrain_bench
@@ -229,7 +229,7 @@ def validate(
     workers: Annotated[int, typer.Option(min=1, help="Workers (rows per second) per job")] = 4,
     master: Annotated[str, typer.Option(help="Spark master")] = "local[2]",
     lake: Annotated[str | None, typer.Option(help="Reuse or keep the generated lake here")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
 ) -> None:
     """Validate N jobs' last hour with the whole suite on one master; prints the time."""
     from daedalus.bench.pipeline import run_validate_bench
@@ -298,7 +298,7 @@ def cv(
     grid: Annotated[list[str] | None, typer.Option(
         help="A loop setting and its values, e.g. forecast_z=0.5,1,2 (repeat for more axes; default: the "
              "envelope and the capacity spread)")] = None,
-    seed: Annotated[int, typer.Option(help="The simulation's seed (the noise of capacity, CPU and downtime), as "
+    seed: Annotated[int, typer.Option(min=0, help="The simulation's seed (the noise of capacity, CPU and downtime), as "
                                            "`bench policies` numbers its seeds")] = 0,
 ) -> None:
     """The planner's settings by leave-one-family-out cross-validation: the paper traces and every generated
@@ -325,7 +325,7 @@ def loop(
     hours: Annotated[float, typer.Option(min=0.05, help="Measured simulated hours")] = 6.0,
     warmup_hours: Annotated[float | None, typer.Option(
         min=0.0, help="Warm-up of the template job before N jobs start (default: 0 for one job, 2 h else)")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
 ) -> None:
     """The cost of one MAPE-K iteration per job, and how many jobs one process serves per minute."""
     from daedalus.bench.loop import run_loop_bench
@@ -445,7 +445,7 @@ def fleet(
 def chaos(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Simulated jobs on the one-minute schedule")] = 50,
     minutes: Annotated[float, typer.Option(min=5, help="How long to run (12 or more: every kind of fault)")] = 60,
-    seed: Annotated[int, typer.Option(help="Seeds the fault plan and which replica or worker is hit")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seeds the fault plan and which replica or worker is hit")] = 0,
     speedup: Annotated[float, typer.Option(min=1, help="Simulated seconds per second (rescales during the run)")
                        ] = 10.0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the figures here")] = None,

@@ -49,6 +49,7 @@ class Format(StrEnum):
     json = "json"
 
 
+Seed = Annotated[int, typer.Option(min=0, help="The random seed, 0 or more: the same seed gives the same run")]
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, wide (more columns) or json (for scripts)")]
 
 

@@ -19,7 +19,7 @@ import typer
 from rich.table import Table
 
 from daedalus.cli import bench as cli_bench
-from daedalus.cli.common import console, fail, progress
+from daedalus.cli.common import Seed, console, fail, progress
 from daedalus.connectors import targets
 from daedalus.connectors.store import Store
 from daedalus.models import policies
@@ -249,7 +249,7 @@ def simulate(
                                              "knowing the whole run)")] = "daedalus",
     max_scaleout: Annotated[int, typer.Option(min=1, max=128)] = 12,
     peak_utilization: Annotated[float, typer.Option(min=0.05, max=2.0)] = 0.9,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
     hours: Annotated[float | None, typer.Option(min=0.1, help="Run length; multi-day traces are compressed")] = None,
     prefect: Annotated[bool, typer.Option(help="Run every loop through the Prefect flow")] = False,
     target_recovery: cli_bench.TargetRecovery = None,
@@ -287,7 +287,7 @@ def demo(
     out: Annotated[Path, typer.Option(help="Output folder for report.json, report.png and the Prefect database "
                                            "of the demo's flow runs (prefect/)")] = Path("demo-output"),
     hours: Annotated[float, typer.Option(min=0.5)] = 6.0,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Seed = 0,
     engine: Annotated[str, typer.Option(help="sim (the embedded simulator) or flink (a real local Flink 2.3: "
                                              "docs/engines.md)")] = "sim",
     minutes: Annotated[float, typer.Option(min=3.0, help="--engine flink: the compressed trace's length")] = 12.0,

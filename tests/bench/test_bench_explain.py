@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -117,6 +118,22 @@ def test_explain_reads_a_simulate_report_with_its_trace_beside_it(tmp_path):
     assert lines[0].startswith("daedalus: 2 rescale(s)") and lines[-1] == ("ds2: no trace in this report (written "
                                                                           "before `explain` existed)")
     assert CliRunner().invoke(app, ["explain"]).exit_code == 1
+
+
+@pytest.mark.parametrize(("report", "trace", "message"), [
+    ("{not json", None, "run.json: not a JSON report (Expecting property name"),
+    ("[1, 2]", None, "run.json: not a report: a JSON object was expected, not list"),
+    ("{}", '{"decisions": 5}', "run.trace.json: not a trace written by `daedalus simulate` or `backtest`"),
+])
+def test_a_report_or_trace_that_is_not_one_is_named_with_no_traceback(tmp_path, report, trace, message):
+    (tmp_path / "run.json").write_text(report)
+    if trace is not None:
+        (tmp_path / "run.trace.json").write_text(trace)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        explain_file(tmp_path / "run.json")
+    shown = CliRunner().invoke(app, ["explain", str(tmp_path / "run.json")])
+    assert shown.exit_code == 1 and "Traceback" not in shown.output
+    assert "ConfigurationError:" in shown.output
 
 
 def test_a_ledger_gives_one_block_per_executed_rescale():

@@ -34,6 +34,16 @@ def test_simulate_names_the_known_policies(tmp_path):
     assert result.exit_code == 1 and "no policy 'magic'; known:" in flat(result.output)
 
 
+def test_a_negative_seed_is_refused_before_the_run(tmp_path):
+    """numpy takes no negative seed: the option says so, not a traceback from inside the simulation."""
+    trace = tmp_path / "flat.csv"
+    trace.write_text("second|count\n" + "".join(f"{s}|20000\n" for s in range(900)))
+    out = tmp_path / "x.json"
+    result = run("simulate", "--workload", trace, "--policy", "static", "--seed", -1, "--json", out)
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in flat(result.output)
+    assert not out.exists()
+
+
 def test_demo_is_registered_with_its_options():
     result = run("demo", "--help")
     assert result.exit_code == 0 and "--hours" in result.output and "--out" in result.output
