@@ -65,10 +65,6 @@ def test_up_serves_through_the_load_balancer_and_down_leaves_nothing_running(fle
     assert _get(f"{fleet.api_url}/health") == 200
     for port in fleet.ports.api:
         assert _get(f"http://127.0.0.1:{port}/api/health") == 200
-    # Each replica's uvicorn chose libuv's loop and the C HTTP parser (its "auto", with both installed).
-    for name in ("api-0", "api-1"):
-        mapped = Path(f"/proc/{started[name].pid}/maps").read_text()
-        assert "/uvloop/loop." in mapped and "/httptools/parser/" in mapped, name
     # Both workers registered on the one pool, through the load balancer.
     assert all(fleet._registered(f"worker-{i}") for i in range(2))
     # Prefect's parts on Redis: the services' docket (database 1) has its streams.
