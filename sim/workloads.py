@@ -49,21 +49,17 @@ def load_workload(path: str | Path, hours: float | None = None) -> np.ndarray:
         raise WorkloadError(f"{path}: no data after the header (line {header_line})")
     keys, values = _parse_rows(path, rows, sep, kind)
     if kind == "date":
-        return _positive(path, _resample_coarse(keys, values, hours), hours)
-    series = _per_second(keys, values)
-    if hours is None:
-        return _positive(path, series, hours)
-    needed = round(hours * 3600)
-    if len(series) < needed:
-        raise WorkloadError(
-            f"{path}: too short for the run: {len(series)} s of workload, {needed} s needed ({hours} h)"
-        )
-    return _positive(path, series[:needed], hours)
-
-
-def _positive(path: Path, series: np.ndarray, hours: float | None) -> np.ndarray:
-    """The series, unless its rate is 0 throughout: a run scales its workload to a peak, which needs one."""
-    if not float(np.max(series)) > 0:
+        series = _resample_coarse(keys, values, hours)
+    else:
+        series = _per_second(keys, values)
+        if hours is not None:
+            needed = round(hours * 3600)
+            if len(series) < needed:
+                raise WorkloadError(
+                    f"{path}: too short for the run: {len(series)} s of workload, {needed} s needed ({hours} h)"
+                )
+            series = series[:needed]
+    if not float(np.max(series)) > 0:  # a run scales its workload to a peak, which needs one
         within = "" if hours is None else f" in the first {hours:g} h"
         raise WorkloadError(f"{path}: the rate is 0 throughout{within}: nothing to scale to the run's peak")
     return series
