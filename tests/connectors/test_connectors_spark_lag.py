@@ -84,3 +84,16 @@ def test_the_backlog_alone_would_call_the_same_metrics_inconsistent(prom_url):
     obs = _observe(prom_url, lag="sum(spark_streaming_source_backlog_rows{${selector}, topic=${source.topic}})")
     np.testing.assert_allclose(obs.lag, BACKLOG)
     assert any("inconsistent metrics" in r for r in validate_observation(obs, UNTIL, None, 0, 30))
+
+
+def test_a_window_in_which_no_batch_ended_reads_no_rows_and_no_busy_time_together(prom_url):
+    # 5 s batches, a 4 s window: some steps' windows hold no batch's end. Both counters move only at a batch's end,
+    # so such a step reads 0 rows and 0 busy time together; a step whose window holds one reads 5 s of batch in under
+    # 4 s of samples, clamped to a busy share of 1 (docs/engines.md, "Why the step should span several micro-batches").
+    obs = _observe(prom_url)
+    rows = sum(obs.throughput[w] for w in obs.workers)
+    busy = obs.cpu["slot-0"]
+    np.testing.assert_array_equal(busy, obs.cpu["slot-1"])
+    assert set(np.unique(busy)) == {0.0, 1.0}
+    np.testing.assert_array_equal(busy == 0, rows == 0)
+    np.testing.assert_array_equal((busy == 0)[:-BATCH_S], (busy == 0)[BATCH_S:])  # one batch's period
