@@ -432,6 +432,66 @@ def test_the_envelope_is_the_largest_excursion_above_the_trend():
     assert inputs.upper[0] == 300_000.0 and inputs.band[0] > 300_000.0
 
 
+def test_with_level_minutes_a_burst_is_measured_against_the_median_of_its_neighbours():
+    # Minute means 100, 100, 100, 200, 100, 100 with a 5-minute level: the median of the 5 minutes around each (the
+    # first and last held beyond the window) is 100 everywhere; 200 is 100 % above it, 3 minutes ago.
+    cfg = replace(CFG, envelope_s=480.0, level_minutes=5)
+    a = replace(analysis([100.0] * HORIZON, scaleout=1), recent_minutes=(100.0, 100.0, 100.0, 200.0, 100.0, 100.0))
+    assert planner_mpc.level(np.array(a.recent_minutes), 5).tolist() == [100.0] * 6
+    excursion, top, _, why = planner_mpc.envelope(cfg, a)
+    assert excursion == pytest.approx(1.0) and top == 200.0
+    assert why.startswith("envelope: in the last 6 minutes the load went 100 % above its level (200/s against "
+                          "100/s, 3 min ago)")
+    # A fall to a flat level, 1000, 800, 600, 400, then 300 four times. Levels: 800, 800, 600, 400, 300, 300, 300,
+    # 300 (the first: the median of 1000, 1000, 1000, 800, 600 is 1000; of the second's 1000, 1000, 800, 600, 400,
+    # 800): no minute more than 15 % above its own, so no burst. Against the line (slope −85.7, from 887.5 at 0 to
+    # 287.5 at 7) the flat minutes ride up to 300 / 287.5 − 1 = 4.3 % above it, and the first 1000 / 887.5 − 1 =
+    # 12.7 %; the 400 at minute 3 lies 400 / 630.4 below: no excursion either way here.
+    fell = replace(a, recent_minutes=(1000.0, 800.0, 600.0, 400.0, 300.0, 300.0, 300.0, 300.0))
+    assert planner_mpc.level(np.array(fell.recent_minutes), 5).tolist() == [
+        1000.0, 800.0, 600.0, 400.0, 300.0, 300.0, 300.0, 300.0]
+    assert planner_mpc.envelope(cfg, fell)[0] == 0.0
+    # The same with a minute at 600 two minutes ago: its level (the median of 400, 300, 600, 300, 300) is 300, so
+    # it is a burst of 100 %, and what is planned for is 600, not 1000, a level the load has left; against the
+    # line the largest minute, 1000, would be planned for.
+    burst = replace(a, recent_minutes=(1000.0, 800.0, 600.0, 400.0, 300.0, 300.0, 600.0, 300.0))
+    excursion, top, _, _ = planner_mpc.envelope(cfg, burst)
+    assert excursion == pytest.approx(1.0) and top == 600.0
+    assert planner_mpc.envelope(replace(cfg, level_minutes=0), burst)[1] == 1000.0
+    with pytest.raises(ValueError, match="level_minutes must be 0"):
+        LoopConfig(level_minutes=4)
+
+
+def test_a_fast_rise_is_planned_for_as_if_it_went_on():
+    # Minute means 160,000, 170,000, then 250,000/s: a rise of 80,000 (47 % > 15 %) after one that did not fall. With
+    # ramp_minutes 1 the planner plans for 250,000 + 80,000 = 330,000/s over the rescale interval and the next
+    # downtime (1,500 s = 300 bins of 5 s); then the band again (250,000 × (1 + 0.01 × √26) at lead 25 min).
+    cfg = replace(CFG, ramp_minutes=1.0)
+    a = replace(analysis([250_000] * HORIZON, scaleout=3), recent_minutes=(160_000.0, 170_000.0, 250_000.0))
+    rising, why = planner_mpc.ramp(cfg, a)
+    assert rising == 330_000.0
+    assert why.startswith("ramp: the load rose 47 % in its last minute (170,000/s → 250,000/s): planning for "
+                          "330,000/s, the rise going on 1 min more, over the next 25 min")
+    inputs = planner_mpc.prepare(cfg, a, HORIZON)
+    assert inputs.ramp == 330_000.0 and inputs.upper[0] == inputs.upper[299] == 330_000.0
+    assert inputs.upper[300] == pytest.approx(250_000 * (1 + 0.01 * math.sqrt(26)))
+    assert planner_mpc.ramp(replace(cfg, ramp_minutes=2.5), a)[0] == 250_000 + 2.5 * 80_000
+    # Keeping 3 (usable 294,000) against 330,000/s for 1,500 s queues 36,000 × 1,500 tuples: 183.7 s of 3's usable
+    # capacity, over the 48 s budget. 3 keeps up with the 250,000/s it has now, so the planner lines up 3 → 4
+    # (usable 392,000) for the next loop, which will see whether the rise went on. Without the ramp: keep 3.
+    d = plan(cfg, a, ctx(), NOW)
+    assert (d.kind, d.target) == ("no-change", 3)
+    assert "keep 3: 5,400 worker-s + 0 × 0 s of added latency = 5,400, predicted latency ≤ 184 s (over the budget " \
+           "48 s)" in d.reasons and d.reasons[-1].startswith("cheapest: 3 → 4 in 60 s")
+    assert plan(CFG, a, ctx(), NOW).reasons[-1] == "cheapest: keep 3"
+    # A flap is no ramp: the minute before fell by more than 15 %. Nor is a rise of 15 % or less.
+    assert planner_mpc.ramp(cfg, replace(a, recent_minutes=(300_000.0, 200_000.0, 300_000.0)))[0] == 0.0
+    assert planner_mpc.ramp(cfg, replace(a, recent_minutes=(200_000.0, 200_000.0, 230_000.0)))[0] == 0.0
+    assert planner_mpc.ramp(cfg, replace(a, recent_minutes=(200_000.0, 300_000.0)))[0] == 0.0  # too short to tell
+    with pytest.raises(ValueError, match=r"ramp_minutes must be in \[0, 10\]"):
+        LoopConfig(ramp_minutes=-1.0)
+
+
 def test_the_capacity_spread_is_the_largest_miss_of_an_interpolation_of_observed_capacities():
     caps = np.array([100.0, 190.0, 300.0, 400.0])  # per worker 100, 95, 100, 100
     # Scale-out 2 interpolated from 1 and 3: 100 per worker, 5 / 95 = 5.3 % off; scale-out 3 from 2 and 4: 97.5,
