@@ -18,7 +18,8 @@ horizon and applies its first step, as model-predictive control does:
 - its cost is the worker-seconds over the horizon plus `latency_weight` × the end-to-end latency it adds,
   summed over the seconds of arrivals (downtime, replay and catch-up), plus `rescale_price` per switch: a job
   affords a few rescales an hour, so a switch must save more than that, and a deeper scale-in later beats a
-  shallow one now that would hold off the next one for the scale-in interval.;
+  shallow one now that would hold off the next one for the scale-in interval. The price rises as the rescale
+  budget runs out, and a schedule's second switch pays what its first leaves;
 - it is feasible when, on the forecast's *upper band* (forecast × (1 + z × the recent relative error at that
   lead)), its predicted latency never exceeds `latency_budget_share` × `latency_slo`, its backlog is drained
   by the end of the horizon, and each of its rescales has caught up (expected latency under `CAUGHT_UP_S`)
@@ -375,7 +376,8 @@ def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.nd
 
 def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
              candidates: list[tuple[tuple[float, int], ...]], downtime_out_s: float,
-             downtime_in_s: float, robust_s: float | None = None, price: float | None = None) -> list[Schedule]:
+             downtime_in_s: float, robust_s: float | None = None,
+             price: tuple[float, float] | None = None) -> list[Schedule]:
     """Cost (expected) and feasibility (robust) of every candidate schedule (at most two switches).
 
     Expected, over the whole horizon: the mean forecast, the corrected capacities, half a checkpoint interval of
@@ -451,10 +453,10 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     worker_s = (before * current + (k_end - before) * n1[first_row] + (bins - k_end) * last_n) * BIN_S
     budget = cfg.latency_budget_share * cfg.latency_slo
     excess = np.maximum(max_latency - budget, 0.0) + np.maximum(end_backlog - BIN_S, 0.0) + behind
-    switches = np.array([len(c) for c in candidates], dtype=float)
-    per_switch = cfg.rescale_price if price is None else price
-    cost = worker_s + cfg.latency_weight * delay + per_switch * switches
-    cost_band = worker_s + cfg.latency_weight * delay_band + per_switch * switches
+    first, second = (cfg.rescale_price, cfg.rescale_price) if price is None else price
+    fees = np.array([(first if c else 0.0) + (second if len(c) > 1 else 0.0) for c in candidates])
+    cost = worker_s + cfg.latency_weight * delay + fees
+    cost_band = worker_s + cfg.latency_weight * delay_band + fees
     return [Schedule(c, float(worker_s[i]), float(delay[i]), float(max_latency[i]), float(end_backlog[i]),
                      float(cost[i]), float(excess[i]), float(cost_band[i])) for i, c in enumerate(candidates)]
 
@@ -539,21 +541,24 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     if spent:
         scale_in_left = math.inf
     # The budget's shadow price: each rescale dearer as the window's budget runs out, so it goes where it buys most.
+    # A schedule's second switch spends what its first left; beyond the budget, it is a last resort (the latency
+    # budget's), as a rescale sooner than the pace is: a schedule that needs it is no plan within the budget.
     price = cfg.rescale_price * allowed / max(left, 1)
+    prices = (price, cfg.rescale_price * allowed / (left - 1) if left >= 2 else EARLY_PENALTY)
     pace_left = 0.0 if last_rescale is None else max(0.0, cfg.rescale_interval - (now - last_rescale))
     # The band must be kept until a schedule could next act at the planner's pace (and its rescale is over):
     # beyond that a shortfall of the band is met by the next switch, which the candidates include.
     robust_s = min(horizon, cfg.rescale_interval + ROBUST_EXTRA_S)
     settled = last_rescale is not None and last_action is not None and last_rescale >= last_action
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # capacities near 0 or 1e300: inf, ranked last
-        [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s, price)
+        [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s, prices)
         # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
         # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
         # and never after an intent that did not reach the target (its grace period keeps it from being redone).
         breach = grace_left > 0 and settled and keep.max_latency_s > cfg.latency_slo
         schedules = [keep, *evaluate(cfg, inputs, cur, a.lag,
                                      candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left, breach),
-                                     d_out, d_in, robust_s, price)]
+                                     d_out, d_in, robust_s, prices)]
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
@@ -612,7 +617,9 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
 
     def text(s: Schedule) -> str:
         n = len(s.switches)
-        fee = f" + {n} × {price:,.0f} per rescale" if n and price else ""
+        fee = "" if not any((price, prices[1])[:n]) else f" + 1 × {price:,.0f} per rescale" if n == 1 else (
+            f" + {price:,.0f} + {prices[1]:,.0f} for its two rescales" + (" (the second beyond the budget)"
+                                                                            if left < 2 else ""))
         out = (f"{s.describe(cur)}: {s.worker_s:,.0f} worker-s + {cfg.latency_weight:g} × {s.delay_s:,.0f} s of "
                f"added latency{fee} = {s.cost:,.0f}, predicted latency ≤ {s.max_latency_s:.0f} s")
         if s.max_latency_s > budget:

@@ -341,6 +341,30 @@ def test_each_rescale_is_dearer_as_the_budget_runs_out():
         assert f"{spent} of 6 spent in the last 2 h (3 an hour): {price} worker-s per rescale" in " ".join(d.reasons)
 
 
+def test_a_schedules_second_rescale_spends_what_its_first_left():
+    # 100,000/s at 1 worker (usable 98,000: it does not keep up), 250,000/s from 1,400 s on. Two steps, 1 → 2 now and
+    # 2 → 3 at the pace: 2 × 1,200 + 3 × 600 = 4,200 worker-s; one, 1 → 3 now: 3 × 1,800 = 5,400. At 600 a rescale
+    # and a budget of 6, the first switch costs 600 × 6 / (6 − spent) and the second 600 × 6 / (6 − spent − 1):
+    a = analysis(steps((1400, 100_000), (HORIZON - 1400, 250_000)), scaleout=1)
+    cfg = replace(CFG, rescale_price=600.0)
+    # none spent: 4,200 + 600 + 720 = 5,520 against 5,400 + 600 = 6,000: two steps;
+    d = plan(cfg, a, ctx(), NOW)
+    assert d.target == 2 and d.reasons[-1].startswith(
+        "cheapest: 1 → 2 now, then 2 → 3 in 1200 s: 4,200 worker-s + 0 × 1,800 s of added latency + 600 + 720 for its "
+        "two rescales = 5,520")
+    # 3 spent: 4,200 + 1,200 + 1,800 = 7,200 against 5,400 + 1,200 = 6,600: one step (priced alike, 6,600 each);
+    d = plan(cfg, a, replace(ctx(), recent_rescales=3), NOW)
+    assert d.target == 3 and d.reasons[-1].startswith("cheapest: 1 → 3 now: 5,400 worker-s + 0 × 750 s of added "
+                                                      "latency + 1 × 1,200 per rescale = 6,600")
+    # 5 spent: a second rescale would go beyond the budget, a last resort even without a price.
+    assert plan(CFG, a, replace(ctx(), recent_rescales=5), NOW).target == 3
+    assert plan(CFG, a, ctx(), NOW).target == 2
+    inputs = planner_mpc.prepare(cfg, a, HORIZON)
+    two, one = planner_mpc.evaluate(cfg, inputs, 1, 0.0, [((0.0, 2), (1200.0, 3)), ((0.0, 3),)], 30.0, 15.0,
+                                    1500.0, (3_600.0, planner_mpc.EARLY_PENALTY))
+    assert two.cost == 4_200 + 3_600 + planner_mpc.EARLY_PENALTY and one.cost == 5_400 + 3_600
+
+
 def test_a_scale_out_the_latency_needs_goes_beyond_the_budget_and_says_so():
     # 350,000/s at 2 workers (usable 196,000): the backlog grows by 154,000/s, whatever the rescales spent: the
     # same scale-out as with the budget untouched, named as beyond the budget.
