@@ -474,6 +474,29 @@ def test_a_job_keeping_up_with_a_standing_backlog_is_not_saturated() -> None:
     assert model.capacity_current() == pytest.approx(2_250.0)
 
 
+def test_a_backlog_being_worked_off_is_not_read_as_the_layouts_skew() -> None:
+    """Two workers with the same line, y = 100·x, just after a rescale. For 10 steps they work off the backlog the
+    restart left (lag > 0, 150/s processed against 100/s arriving): a, whose partitions hold the most, at full CPU,
+    b already done and at 0.5. Then 12 steps caught up at CPU 0.4, 0.5, 0.6 each, lag 0. Counting the catch-up, x̄
+    would be 0.727 for a and 0.5 for b: b would be read as skewed, at 0.5 / 0.727 of a's CPU when a saturates, and
+    the scale-out's capacity as 100 + 68.75 = 168.75. Without it, x̄ is 0.5 for both and the capacity 200. The
+    catch-up's samples still count in each worker's line (their CPU and throughput lie on it)."""
+    steady = np.array([0.4, 0.5, 0.6] * 4)
+    x_a, x_b = np.concatenate([np.ones(10), steady]), np.concatenate([np.full(10, 0.5), steady])
+    obs = replace(observation({"a": 100 * x_a, "b": 100 * x_b}, {"a": x_a, "b": x_b}, 2),
+                  lag=np.concatenate([np.linspace(500.0, 50.0, 10), np.zeros(12)]),
+                  workload=np.concatenate([np.full(10, 100.0), 100 * 2 * steady]))
+    model = CapacityModel()
+    model.update(obs)
+    assert model.mean_cpu == {"a": pytest.approx(0.5), "b": pytest.approx(0.5)}
+    assert model.capacity_current() == pytest.approx(200.0)
+    assert model.regression("a").n == model.regression("b").n == 22
+    # The same steps read as if nothing were queued (lag 0): the catch-up is then the layout's own, and b is skewed.
+    skewed = CapacityModel()
+    skewed.update(replace(obs, lag=np.zeros(22)))
+    assert skewed.mean_cpu["a"] == pytest.approx(16 / 22) and skewed.capacity_current() == pytest.approx(168.75)
+
+
 def test_saturation_survives_the_state_and_old_states_still_load() -> None:
     model = CapacityModel()
     model.update(two_workers())
