@@ -466,14 +466,14 @@ def test_with_level_minutes_a_burst_is_measured_against_the_median_of_its_neighb
     assert excursion == pytest.approx(1.0) and top == 200.0
     assert why.startswith("envelope: in the last 6 minutes the load went 100 % above its level (200/s against "
                           "100/s, 3 min ago)")
-    # A fall to a flat level, 1000, 800, 600, 400, then 300 four times. Levels: 800, 800, 600, 400, 300, 300, 300,
-    # 300 (the first: the median of 1000, 1000, 1000, 800, 600 is 1000; of the second's 1000, 1000, 800, 600, 400,
-    # 800): no minute more than 15 % above its own, so no burst. Against the line (slope −85.7, from 887.5 at 0 to
-    # 287.5 at 7) the flat minutes ride up to 300 / 287.5 − 1 = 4.3 % above it, and the first 1000 / 887.5 − 1 =
-    # 12.7 %; the 400 at minute 3 lies 400 / 630.4 below: no excursion either way here.
+    # A fall to a flat level, 1000, 800, 600, 400, then 300 four times. The median of the 5 minutes around each (the
+    # first held twice before it): 1000 (of 1000, 1000, 1000, 800, 600), 800, 600, 400, then 300: no minute more
+    # than 15 % above its own level, so no burst. The least-squares line (mean 500 at minute 3.5, slope −100: 150 at 7)
+    # cuts beneath the flat stretch: its last minute is 300 / 150 − 1 = 100 % above it, the defect the median avoids.
     fell = replace(a, recent_minutes=(1000.0, 800.0, 600.0, 400.0, 300.0, 300.0, 300.0, 300.0))
     assert planner_mpc.level(np.array(fell.recent_minutes), 5).tolist() == [
         1000.0, 800.0, 600.0, 400.0, 300.0, 300.0, 300.0, 300.0]
+    assert planner_mpc.envelope(replace(cfg, level_minutes=0), fell)[0] == pytest.approx(300 / 150 - 1)
     assert planner_mpc.envelope(cfg, fell)[0] == 0.0
     # The same with a minute at 600 two minutes ago: its level (the median of 400, 300, 600, 300, 300) is 300, so
     # it is a burst of 100 %, and what is planned for is 600, not 1000, a level the load has left; against the
