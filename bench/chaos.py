@@ -110,8 +110,7 @@ class Injector:
             fleet.kill(name)
         self.say(f"fault: {name} killed")
         time.sleep(RESTART_AFTER_S)
-        fleet.start(name)
-        fleet.wait_ready(name)
+        fleet.serve(name)
         self.say(f"fault: {name} serving again")
         return name, killed, time.time()
 
@@ -136,8 +135,7 @@ class Injector:
                 continue
             self.say(f"supervisor: {name} was not running; restarting it")
             with contextlib.suppress(DaedalusError):
-                self.fleet.start(name)
-                self.fleet.wait_ready(name)
+                self.fleet.serve(name)
             self.unplanned.append({"process": name, "time": time.time()})
 
 

@@ -40,7 +40,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from daedalus.models.errors import ConnectorError
 from daedalus.runtime.local_prefect import LocalPostgres, server_settings, start_postgres
-from daedalus.runtime.ports import free_ports
+from daedalus.runtime.ports import free_port, free_ports
 from daedalus.runtime.prefork import stop_timeout
 
 API_REPLICAS = 2
@@ -62,6 +62,7 @@ PENDING_AFTER_S = 90
 LEASE_S = 60
 STOP_GRACE_S = 15.0  # SIGTERM, then this long, then SIGKILL (a worker gets its own stop timeout on top)
 START_TIMEOUT_S = 180.0
+PORT_MOVES = 3  # a process whose port was taken since it was chosen is given a new one this many times
 APT = {"redis-server": "redis-server", "haproxy": "haproxy"}  # binary → Debian package
 SYSTEM_BIN = (Path("/usr/sbin"), Path("/usr/bin"))  # where Debian puts them when PATH lacks sbin (a plain user)
 
@@ -89,6 +90,10 @@ def redis_settings(port: int) -> dict[str, str]:
         "PREFECT_REDIS_MESSAGING_DB": "0",
         "PREFECT_SERVER_DOCKET_URL": f"redis://127.0.0.1:{port}/1",
     }
+
+
+class PortTaken(ConnectorError):
+    """A process exited on start because another process had taken the port chosen for it."""
 
 
 @dataclass
@@ -152,6 +157,7 @@ class Fleet:
     workers: int = WORKERS
     worker_limit: int = WORKER_LIMIT
     _popen: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+    _log_from: dict[str, int] = field(default_factory=dict, repr=False)  # each log's size when its process started
 
     # --- where things are -------------------------------------------------------------------------------
 
@@ -234,13 +240,14 @@ class Fleet:
     def _record(self, name: str, pid: int) -> Process:
         started = _start_time(pid)
         if started is None:
-            raise ConnectorError(f"{name} exited at once; see {self.log(name)}")
+            raise self._exited(name, "exited at once")
         self.pid_file(name).write_text(f"{pid} {started}\n")
         return Process(name, pid, started)
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> Process:
         self.home(name).mkdir(parents=True, exist_ok=True)
         with open(self.log(name), "ab") as out:
+            self._log_from[name] = out.tell()
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.folder)
         self._popen[name] = proc
@@ -341,7 +348,7 @@ class Fleet:
 
         def ready() -> bool:
             if found is None or not found.alive():
-                raise ConnectorError(f"{name} exited while starting; see {self.log(name)}")
+                raise self._exited(name, "exited while starting")
             return checks[kind]()
 
         try:
@@ -349,6 +356,60 @@ class Fleet:
                      )(ready)
         except RetryError:
             raise ConnectorError(f"{name} did not serve within {timeout_s:.0f} s; see {self.log(name)}") from None
+
+    def _exited(self, name: str, what: str) -> ConnectorError:
+        """The error for a process that died on start: PortTaken when its log, since it started, says so (the
+        words of Prefect, uvicorn, HAProxy and Redis alike)."""
+        try:
+            with open(self.log(name), "rb") as f:
+                f.seek(self._log_from.get(name, 0))
+                taken = b"already in use" in f.read().lower()
+        except OSError:
+            taken = False
+        kind = PortTaken if taken else ConnectorError
+        return kind(f"{name} {what}{' (its port was taken)' if taken else ''}; see {self.log(name)}")
+
+    def serve(self, name: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start `name` and wait until it serves. A port another process took since it was chosen is chosen anew,
+        up to PORT_MOVES times, and the running processes that name it are restarted once it serves (see `_move`)."""
+        named_by: list[str] = []
+        for moves in range(PORT_MOVES + 1):
+            try:
+                self.start(name)
+                self.wait_ready(name, timeout_s)
+                break
+            except PortTaken:
+                if moves == PORT_MOVES:
+                    raise
+                named_by = self._move(name)
+        for other in [n for n in named_by if self.running()[n]]:
+            self.stop(other)
+            self.serve(other, timeout_s)
+
+    def _move(self, name: str) -> list[str]:
+        """A new port for `name`, written to fleet.json and the configs; the processes that name it, to restart: the
+        balancer for a replica, the replicas and the services for Redis, the replicas for the balancer (the UI they
+        serve names its address); never a worker, whose runs would die with it."""
+        kind = kind_of(name)
+        chosen = {self.ports.postgres, self.ports.redis, self.ports.lb, *self.ports.api}
+        port = free_port()
+        while port in chosen:  # free now, but chosen for a process not started yet
+            port = free_port()
+        replicas = [f"api-{i}" for i in range(len(self.ports.api))]
+        if kind == "api":
+            self.ports.api[int(name.split("-")[1])], named_by = port, ["lb"]
+        elif kind == "redis":
+            self.ports.redis, named_by = port, [*replicas, "services"]
+        elif kind == "lb":
+            if any(self.running()[f"worker-{i}"] for i in range(self.workers)):
+                raise PortTaken(f"{name}'s port was taken and the workers, which name it, are running; "
+                                f"see {self.log(name)}")
+            self.ports.lb, named_by = port, replicas
+        else:
+            raise ConnectorError(f"{name}'s port was taken and cannot be moved; see {self.log(name)}")
+        self.save()
+        _write_configs(self)
+        return named_by
 
     def _registered(self, name: str) -> bool:
         """The worker's Prefect worker has sent a heartbeat to the pool (named after its `daedalus worker` pid)."""
@@ -481,8 +542,7 @@ def up(folder: Path, pool: str = POOL, workers: int = WORKERS, replicas: int = A
                 say("migrations")
                 _migrate(fleet)
             say(name)
-            fleet.start(name)
-            fleet.wait_ready(name, timeout_s)
+            fleet.serve(name, timeout_s)
             if name == "lb":
                 ensure_automations(fleet.api_url)
     except BaseException:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -129,3 +130,37 @@ def test_a_benchmark_stopped_with_sigterm_stops_the_fleet_it_started(fleet_dir: 
         bench.kill()
         if (size / "fleet.json").exists():
             down(size)
+
+
+def test_a_port_taken_after_it_was_chosen_is_chosen_anew(fleet_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The API replicas start tens of seconds after `up` chose their ports (PostgreSQL and the migrations come first);
+    # a replica once found its port taken by another process meanwhile and `up` failed ("api-0 exited while
+    # starting", Errno 98). Here another process holds the ports chosen for api-0 and the balancer.
+    held = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    taken = [s.getsockname()[1] for s in held]
+    chosen = fleet_mod.free_ports
+    calls = []
+
+    def first_chooses_taken_ports(n: int) -> list[int]:
+        ports = chosen(n)
+        calls.append(n)
+        if len(calls) == 1:  # postgres, redis, lb, api-0, api-1
+            ports[2], ports[3] = taken
+        return ports
+
+    monkeypatch.setattr(fleet_mod, "free_ports", first_chooses_taken_ports)
+    try:
+        fleet = up(fleet_dir, pool="fleet-ports", workers=1)
+        assert fleet.ports.lb != taken[0] and fleet.ports.api[0] != taken[1]
+        assert Fleet.load(fleet_dir).ports == fleet.ports  # what `down` and the benchmarks read
+        for name in ("lb", "api-0"):
+            assert "already in use" in fleet.log(name).read_text().lower()
+        assert _get(f"{fleet.api_url}/health") == 200
+        # The replicas were restarted once the balancer moved: the UI they serve names its new address.
+        for port in fleet.ports.api:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=5) as r:
+                assert json.load(r)["api_url"] == fleet.api_url
+        assert fleet._registered("worker-0")
+    finally:
+        for s in held:
+            s.close()
