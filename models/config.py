@@ -106,10 +106,6 @@ class LoopConfig:
     # `bench cv` kept the line: the median (5) saves 3–4 points of static but broke the SLO and the budget more
     # often pooled over three seeds (docs/benchmark-results.md, "The level and the ramp").
     level_minutes: int = 0
-    # When the load rose more than 15 % in its last minute (and not after a fall: a ramp, not a flap), plan for that
-    # rise going on this many minutes more, over the next rescale interval. 0 turns it off, which every fold of
-    # `bench cv` chose: a burst's first minute looks like a ramp, and chasing it spends the budget.
-    ramp_minutes: float = 0.0
     # The capacity estimate's spread (observed scale-outs against their interpolation from the others) is added to
     # the margin of every extrapolated scale-out, up to this much. 0 turns it off, which `bench cv` chose: with the
     # envelope on, 0.1 bought no second within the SLO on any family and cost worker-seconds on most.
@@ -163,8 +159,6 @@ class LoopConfig:
             raise ValueError(f"envelope_s must be ≥ 0, got {self.envelope_s!r}")
         if self.level_minutes != 0 and not (self.level_minutes >= 3 and self.level_minutes % 2 == 1):
             raise ValueError(f"level_minutes must be 0 (a line) or an odd number ≥ 3, got {self.level_minutes!r}")
-        if not 0 <= self.ramp_minutes <= 10:
-            raise ValueError(f"ramp_minutes must be in [0, 10], got {self.ramp_minutes!r}")
         if self.scale_in_interval is not None and not self.scale_in_interval >= 0:
             raise ValueError(f"scale_in_interval must be ≥ 0 or None, got {self.scale_in_interval!r}")
         if not 0 <= self.capacity_margin < 0.5:

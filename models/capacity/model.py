@@ -195,6 +195,7 @@ class CapacityModel:
 
     # --- learning ------------------------------------------------------------------------------
     def update(self, obs: Observation) -> None:
+        self._check_aligned(obs)  # before anything changes: a misaligned observation leaves the model as it was
         rescaled = self._scaleout is not None and obs.scaleout != self._scaleout
         if rescaled:
             self._layout = {}
@@ -217,11 +218,6 @@ class CapacityModel:
         for worker in sorted(set(obs.throughput) & set(obs.cpu)):
             y = np.asarray(obs.throughput[worker], dtype=float)
             x = np.asarray(obs.cpu[worker], dtype=float)
-            if not (x.shape == y.shape == uptime.shape):
-                raise ValueError(
-                    f"job {obs.job}: worker {worker} has {y.size} throughput and {x.size} CPU samples "
-                    f"for {uptime.size} steps; per-worker series must align with the timestamps"
-                )
             with np.errstate(invalid="ignore"):
                 valid = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (y >= 0)
             if valid.any():
@@ -243,7 +239,30 @@ class CapacityModel:
             self._observed_load[obs.scaleout] = self.load()
 
     @staticmethod
-    def _catching_up(obs: Observation) -> np.ndarray:
+    def _check_aligned(obs: Observation) -> None:
+        steps = np.shape(obs.uptime_s)
+        for worker in sorted(set(obs.throughput) & set(obs.cpu)):
+            y, x = np.shape(obs.throughput[worker]), np.shape(obs.cpu[worker])
+            if not (x == y == steps):
+                raise ValueError(
+                    f"job {obs.job}: worker {worker} has {np.prod(y):.0f} throughput and {np.prod(x):.0f} CPU "
+                    f"samples for {np.prod(steps):.0f} steps; per-worker series must align with the timestamps"
+                )
+
+    @staticmethod
+    def _job_throughput(obs: Observation) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per step, how many workers reported a throughput and its sum over them (finite, non-negative readings
+        only); None without workers."""
+        workers = sorted(set(obs.throughput) & set(obs.cpu))
+        if not workers:
+            return None
+        thr = np.vstack([np.asarray(obs.throughput[w], dtype=float) for w in workers])
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(thr) & (thr >= 0)
+        return ok.sum(axis=0), np.where(ok, thr, 0.0).sum(axis=0)
+
+    @classmethod
+    def _catching_up(cls, obs: Observation) -> np.ndarray:
         """The steps at which the job works off a backlog: one is queued and the workers together process more than
         `SATURATION_DEFICIT` above what arrives. Their samples stay in each worker's line (CPU against throughput
         holds), but not in the layout's x̄: the worker with the most backlog drains last, at full CPU, while the
@@ -251,14 +270,12 @@ class CapacityModel:
         scale-out at a fraction of what it is (flapping-2, seed 2: 491,405/s at 10 workers, truly 928,813/s, read
         in the minute after 7 → 10, and remembered as observed)."""
         shape = np.shape(obs.uptime_s)
-        series = [np.asarray(obs.throughput[w], dtype=float) for w in sorted(set(obs.throughput) & set(obs.cpu))]
-        series = [y for y in series if y.shape == shape]  # a misaligned one is rejected by `update`
+        job = cls._job_throughput(obs)
         lag = np.asarray(obs.lag, dtype=float)
-        if not series or lag.shape != shape:
+        if job is None or lag.shape != shape:
             return np.zeros(shape, dtype=bool)
-        thr = np.vstack(series)
+        total = job[1]
         with np.errstate(invalid="ignore"):
-            total = np.where(np.isfinite(thr) & (thr >= 0), thr, 0.0).sum(axis=0)
             workload = np.asarray(obs.workload, dtype=float)
             return np.isfinite(lag) & (lag > 0) & np.isfinite(workload) & (
                 total > (1 + SATURATION_DEFICIT) * workload)
@@ -270,13 +287,11 @@ class CapacityModel:
         arrivals half the time. A backlog being drained does not count: where each worker reads its own partitions,
         the workers that drained theirs process only their arrivals while the slowest catches up, and the total
         understates the capacity."""
-        workers = sorted(set(obs.throughput) & set(obs.cpu))
-        if not workers:
+        job = self._job_throughput(obs)
+        if job is None:
             return
-        thr = np.vstack([np.asarray(obs.throughput[w], dtype=float) for w in workers])
+        reporting, total = job
         with np.errstate(invalid="ignore"):
-            reporting = (np.isfinite(thr) & (thr >= 0)).sum(axis=0)
-            total = np.where(np.isfinite(thr) & (thr >= 0), thr, 0.0).sum(axis=0)
             lag = np.asarray(obs.lag, dtype=float)
             workload = np.asarray(obs.workload, dtype=float)
             backlogged = current & (reporting >= obs.scaleout) & (total > 0) & np.isfinite(lag) & np.isfinite(

@@ -107,7 +107,6 @@ class Inputs:
     band: np.ndarray | None = None  # the forecast's upper band alone, before the envelope (None: the same as upper)
     excursion: float = 0.0  # how far above its trend the load recently went (> 0: the envelope is planned for)
     spread: float = 0.0  # the capacity spread added to the margin of every extrapolated scale-out
-    ramp: float = 0.0  # the load a fast rise leads to, planned for over the robust window (0: none)
 
 
 def relative_errors(a: Analysis, minutes: int) -> np.ndarray:
@@ -267,24 +266,6 @@ def level(recent: np.ndarray, minutes: int) -> np.ndarray:
     return np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
 
 
-def ramp(cfg: LoopConfig, a: Analysis) -> tuple[float, str]:
-    """Where a fast rise leads if it goes on for `ramp_minutes` more: a load that rose more than MIN_SWING in its
-    last minute, after a minute that did not fall as much (a ramp, not a flap), at the last minute's mean plus that
-    rise per minute to come (0: not rising fast, or off). A forecast that falls back to the last value sizes a
-    scale-out for the load where the ramp stood; the next loop then scales out again, its downtime on top of the
-    first one's backlog."""
-    recent = np.asarray(a.recent_minutes[-3:], dtype=float)
-    if cfg.ramp_minutes <= 0 or recent.size < 3 or not np.isfinite(recent).all() or not recent.min() > 0:
-        return 0.0, ""
-    steps = np.diff(recent)
-    if not (steps[-1] > MIN_SWING * recent[-2] and steps[-2] >= -MIN_SWING * recent[-3]):
-        return 0.0, ""
-    to = float(recent[-1] + cfg.ramp_minutes * steps[-1])
-    return to, (f"ramp: the load rose {100 * steps[-1] / recent[-2]:.0f} % in its last minute ({recent[-2]:,.0f}/s → "
-                f"{recent[-1]:,.0f}/s): planning for {to:,.0f}/s, the rise going on {cfg.ramp_minutes:g} min more, "
-                f"over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
-
-
 def capacity_spread(caps: np.ndarray, observed: np.ndarray, cap: float) -> float:
     """How far an extrapolated capacity may miss: each observed scale-out's per-worker capacity against its
     interpolation from the other observed ones (leave one out), the largest relative miss, at most `cap`.
@@ -327,18 +308,13 @@ def prepare(cfg: LoopConfig, a: Analysis, horizon_s: float) -> Inputs:
         k = min(bins, round((cfg.rescale_interval + ROBUST_EXTRA_S) / BIN_S))
         upper[:k] = np.maximum(mean[:k] if flaps else upper[:k], top)
         notes.append(why)
-    rising, why = ramp(cfg, a)
-    if rising > 0:
-        k = min(bins, round((cfg.rescale_interval + ROBUST_EXTRA_S) / BIN_S))
-        upper[:k] = np.maximum(upper[:k], rising)
-        notes.append(why)
     # No schedule can plan for more than the largest scale-out processes: the band is cut there (else a wide
     # band far ahead would make every schedule infeasible alike, and the planner could no longer compare them).
     ceiling = float(usable.max())
     if ceiling > 0:
         upper = np.minimum(upper, np.maximum(ceiling, mean))
         band = np.minimum(band, np.maximum(ceiling, mean))
-    return Inputs(mean, upper, caps, usable, tuple(notes), band, excursion, spread, min(rising, ceiling))
+    return Inputs(mean, upper, caps, usable, tuple(notes), band, excursion, spread)
 
 
 def _segment(arrivals: np.ndarray, t: np.ndarray, lag: np.ndarray, before: np.ndarray, at: np.ndarray,
@@ -653,13 +629,12 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
 
 
 def set_by(inputs: Inputs, target: int, robust_s: float, keeps_up: bool) -> str:
-    """Which load set a scale-out: the smallest scale-out covering each of the forecast, its upper band, the ramp and
-    the envelope over the robust window, against the one chosen (the first that reaches it names the cause)."""
+    """Which load set a scale-out: the smallest scale-out covering each of the forecast, its upper band and the
+    envelope over the robust window, against the one chosen (the first that reaches it names the cause)."""
     k = max(1, min(inputs.mean.size, round(robust_s / BIN_S)))
     band = inputs.upper if inputs.band is None else inputs.band
     loads = (("the forecast", float(inputs.mean[:k].max())),
              ("the forecast's upper band (the recent error at each lead)", float(band[:k].max())),
-             ("the ramp (the last minute's rise going on)", max(float(band[:k].max()), inputs.ramp)),
              ("the envelope (the recent excursion above the trend)", float(inputs.upper[:k].max())))
 
     def smallest(load: float) -> int:

@@ -386,10 +386,19 @@ def test_impossible_parameters_are_rejected(kwargs: dict) -> None:
         CapacityModel(**kwargs)
 
 
-def test_misaligned_worker_series_are_rejected() -> None:
+def test_misaligned_worker_series_are_rejected_and_change_nothing() -> None:
     obs = observation({"a": np.ones(5)}, {"a": np.ones(4)}, 1)
     with pytest.raises(ValueError, match="align"):
         CapacityModel().update(obs)
+    # A model that has learnt something, then a rescale whose observation is misaligned for its last worker only:
+    # rejected before any worker's line, the layout or the scale-out moved.
+    model = CapacityModel(warmup_s=0.0)
+    model.update(two_workers())
+    before = model.to_state()
+    y, x = np.linspace(1.0, 50.0, X_A.size), np.linspace(0.1, 0.5, X_A.size)
+    with pytest.raises(ValueError, match="worker c has 12 throughput and 11 CPU samples for 12 steps"):
+        model.update(observation({"a": y, "b": y, "c": y}, {"a": x, "b": x, "c": x[1:]}, 3))
+    assert model.to_state() == before
 
 
 def test_regressions_of_gone_pods_are_forgotten_beyond_a_bound() -> None:
