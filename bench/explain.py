@@ -40,6 +40,12 @@ def _rate(value: float | None) -> str:
     return "unknown" if value is None else f"{value:,.0f}/s"
 
 
+def _estimate(value: float | None) -> str:
+    """A capacity estimate; 0 is the model's "nothing known": no worker measured since the last rescale (the
+    planner then interpolates the scale-out's capacity between observed ones, models/planning/mpc.py)."""
+    return "none yet (no worker measured since the rescale)" if value == 0 else _rate(value)
+
+
 def _at(seconds: float) -> str:
     return f"{duration(seconds)} ({seconds:,.0f} s)"
 
@@ -61,8 +67,8 @@ def decision_block(n: int, d: Mapping[str, Any]) -> list[str]:
     """One rescale of a simulated or replayed run."""
     out = [f"rescale {n} at {_at(d['t'])}: {d['from']} → {d['to']} ({d['kind']})",
            f"  forecast peak {_rate(d.get('forecast_peak'))}; capacity estimated "
-           f"{_rate(d.get('capacity_estimate'))} at {d['from']} → {_rate(d.get('capacity_estimate_target'))} at "
-           f"{d['to']}; true "
+           f"{_estimate(d.get('capacity_estimate'))} at {d['from']} → "
+           f"{_estimate(d.get('capacity_estimate_target'))} at {d['to']}; true "
            f"{_rate(d.get('true_capacity'))} → {_rate(d.get('true_capacity_target'))}"]
     if not d.get("reasons"):
         out.append("  (the policy gives no reasons)")
@@ -85,7 +91,7 @@ def _loop_lines(which: str, k: int | None, decisions: Sequence[Mapping[str, Any]
         return []
     d = decisions[k]
     return [f"  {which}, at {_at(d['t'])}: {d['kind']} {d['from']} → {d['to']}; forecast peak "
-            f"{_rate(d.get('forecast_peak'))}, capacity estimated {_rate(d.get('capacity_estimate'))}, true "
+            f"{_rate(d.get('forecast_peak'))}, capacity estimated {_estimate(d.get('capacity_estimate'))}, true "
             f"{_rate(d.get('true_capacity'))}", *_reason_lines(d.get("reasons") or ())]
 
 

@@ -53,6 +53,11 @@ def test_one_block_per_rescale_and_per_breach_in_time_order():
     assert first[1] == ("  forecast peak 300,000/s; capacity estimated 200,000/s at 4 → 400,000/s at 2; true "
                         "190,000/s → 380,000/s")
     assert first[2:] == ["  priced:  cheapest: 4 → 2 now: 1 worker-s", "  priced:  keep 4: 2 worker-s"]
+    # A minute after a rescale the model knows no worker of the new scale-out yet: its estimate is 0, not a figure.
+    just_after = {**decision(660, 4, 6), "capacity_estimate": 0.0}
+    settling = trace_blocks({**TRACE, "decisions": [just_after], "breaches": []})[2]
+    assert settling.splitlines()[1] == ("  forecast peak 300,000/s; capacity estimated none yet (no worker measured "
+                                        "since the rescale) at 4 → 400,000/s at 6; true 190,000/s → 380,000/s")
     breach = blocks[1].splitlines()
     assert breach[1] == "  workload peak 350,000/s (from 2 min before) against a true capacity of 190,000/s"
     assert breach[2].startswith("  last decision before it, at 19 min (1,140 s): no-change 2 → 2")
