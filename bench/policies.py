@@ -457,7 +457,7 @@ def run_benchmark(
                               if k in ("target_recovery_time", "scale_in_interval", "grace_s", "recent_rescale_s",
                                        "latency_slo", "latency_budget_share", "latency_weight", "forecast_z",
                                        "capacity_margin", "rescale_interval", "rescale_price", "max_rescales_per_hour",
-                                       "envelope_s", "level_minutes")},
+                                       "envelope_s", "level_minutes", "grace_breach_band")},
             "simulator": asdict(SimConfig(max_scaleout=max_scaleout)),
             "workloads": {w.name: {"path": w.source, "group": w.group, "hours": w.hours} for w in workloads},
         },

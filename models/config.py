@@ -46,6 +46,12 @@ class LoopConfig:
     # No new action within 180 s of the previous one; the model-predictive planner's one exception is a scale-out
     # after an executed rescale when keeping the scale-out would break `latency_slo` itself (models/planning/mpc.py).
     grace_s: float = 180.0
+    # How sure that breach must be: the predicted latency of keeping it is judged from the expected one (0: the
+    # mean forecast, the expected capacities, half a checkpoint of replay) to the robust one (1: the upper band, the
+    # capacities less the margin, a whole checkpoint), as the planner's feasibility is. Just after a rescale the
+    # band is at its widest (the burst that caused it is in the recent error) and the new scale-out's capacity is
+    # not observed yet, and a second rescale's downtime falls on the backlog the first is draining.
+    grace_breach_band: float = 1.0
     # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
     # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off. None: the planner's own
     # (`scale_in_s`): 600 s for the model-predictive planner, whose schedules refuse a scale-in the forecast would
@@ -155,6 +161,8 @@ class LoopConfig:
             raise ValueError(f"max_rescales_per_hour must be a positive number, got {self.max_rescales_per_hour!r}")
         if not 0 <= self.capacity_spread_max < 0.5:
             raise ValueError(f"capacity_spread_max must be in [0, 0.5), got {self.capacity_spread_max!r}")
+        if not 0 <= self.grace_breach_band <= 1:
+            raise ValueError(f"grace_breach_band must be in [0, 1], got {self.grace_breach_band!r}")
         if not self.envelope_s >= 0:
             raise ValueError(f"envelope_s must be ≥ 0, got {self.envelope_s!r}")
         if self.level_minutes != 0 and not (self.level_minutes >= 3 and self.level_minutes % 2 == 1):

@@ -75,6 +75,7 @@ class Schedule:
     cost: float
     excess_s: float  # predicted latency above the budget, plus a backlog left at the end (0 when feasible)
     cost_band: float = math.nan  # the same cost with the latency on the upper band: the saving's other end
+    max_latency_expected_s: float = math.nan  # on the mean forecast and the expected capacities, over the same window
 
     @property
     def feasible(self) -> bool:
@@ -382,7 +383,7 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     last_n = np.array([c[-1][1] if c else current for c in candidates])
     # Per candidate: Σ expected latency, max robust latency and the robust backlog left, over both segments.
     delay, max_latency, end_backlog, behind = np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m)
-    delay_band = np.zeros(m)
+    delay_band, max_expected = np.zeros(m), np.zeros(m)
     catch_up = cfg.latency_slo  # a rescale's backlog must be worked off this long after the restart
 
     def caught_up(latency: np.ndarray, rows: np.ndarray, restart: np.ndarray, offset: int, limit: np.ndarray
@@ -401,12 +402,13 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
                                          ("robust", inputs.upper, inputs.usable, cfg.checkpoint_interval)):
         latency1, backlog1 = _segment(arrivals, t, np.full(len(firsts), lag), np.full(len(firsts), caps[current - 1]),
                                       at1, d1, caps[n1 - 1], replay)
+        upto = np.minimum(k_end, k_robust)
         if name == "expected":
             delay += np.cumsum(latency1, axis=1)[first_row, k_end - 1] * BIN_S
             behind += caught_up(latency1, first_row, (at1 + d1)[first_row], 0, k_end)
+            max_expected += np.maximum.accumulate(latency1, axis=1)[first_row, upto - 1]
         else:
             delay_band += np.cumsum(latency1, axis=1)[first_row, k_end - 1] * BIN_S
-            upto = np.minimum(k_end, k_robust)
             max_latency += np.maximum.accumulate(latency1, axis=1)[first_row, upto - 1]
             end_backlog += np.where(k_end >= k_robust, backlog1[first_row, k_robust - 1], 0.0)
         for k2 in sorted(set(k_end[k_end < bins].tolist())):
@@ -419,6 +421,8 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
             if name == "expected":
                 delay[idx] += lat.sum(axis=1) * BIN_S
                 behind[idx] += caught_up(lat, np.arange(idx.size), k2 * BIN_S + downs, k2, np.full(idx.size, bins))
+                if k2 < k_robust:
+                    max_expected[idx] = np.maximum(max_expected[idx], lat[:, :k_robust - k2].max(axis=1))
             else:
                 delay_band[idx] += lat.sum(axis=1) * BIN_S
                 if k2 < k_robust:
@@ -434,7 +438,8 @@ def evaluate(cfg: LoopConfig, inputs: Inputs, current: int, lag: float,
     cost = worker_s + cfg.latency_weight * delay + fees
     cost_band = worker_s + cfg.latency_weight * delay_band + fees
     return [Schedule(c, float(worker_s[i]), float(delay[i]), float(max_latency[i]), float(end_backlog[i]),
-                     float(cost[i]), float(excess[i]), float(cost_band[i])) for i, c in enumerate(candidates)]
+                     float(cost[i]), float(excess[i]), float(cost_band[i]), float(max_expected[i]))
+            for i, c in enumerate(candidates)]
 
 
 def _on_bin(at: float) -> float:
@@ -531,7 +536,9 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
         # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
         # and never after an intent that did not reach the target (its grace period keeps it from being redone).
-        breach = grace_left > 0 and settled and keep.max_latency_s > cfg.latency_slo
+        judged = keep.max_latency_expected_s + cfg.grace_breach_band * (keep.max_latency_s
+                                                                         - keep.max_latency_expected_s)
+        breach = grace_left > 0 and settled and judged > cfg.latency_slo
         schedules = [keep, *evaluate(cfg, inputs, cur, a.lag,
                                      candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left, breach),
                                      d_out, d_in, robust_s, prices)]
@@ -557,6 +564,11 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
              f"{float(inputs.mean.max()):,.0f}/s, "
              f"upper band {float(inputs.upper.max()):,.0f}/s (z = {cfg.forecast_z:g}); latency budget "
              f"{budget:.0f} s ({cfg.latency_budget_share:g} × SLO {cfg.latency_slo:.0f} s)", *inputs.notes]
+    if grace_left > 0 and settled and keep.max_latency_s > cfg.latency_slo and not breach:
+        notes.append(f"grace period: keeping {cur} is predicted at ≤ {keep.max_latency_s:.0f} s on the band, "
+                     f"{keep.max_latency_expected_s:.0f} s expected; judged at {judged:.0f} s "
+                     f"(grace_breach_band {cfg.grace_breach_band:g}), within the {cfg.latency_slo:.0f} s SLO: "
+                     "no scale-out before the grace period ends")
     if unobserved:
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
     notes.append(f"rescale budget: {recent_rescales} of {allowed} spent in the last {duration(RESCALE_WINDOW_S)} "

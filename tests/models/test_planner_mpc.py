@@ -251,6 +251,27 @@ def test_inside_the_grace_period_only_a_breach_of_the_slo_scales_out():
                              "would break the 60 s SLO itself")
 
 
+def test_how_sure_a_breach_inside_the_grace_period_must_be_is_a_setting():
+    # The case above that breaks the SLO on the band (68 s). Expected (the mean forecast, the corrected capacity
+    # 400,000/s at 4), the backlog after 700 s is 20,000 × 700 = 14,000,000 tuples: 35 s of 4's capacity, within the
+    # SLO. `grace_breach_band` b judges keeping at 35 + b × (68 − 35): 1 (the default) scales out; 0.5 (52 s) keeps.
+    rescaled = dict(last_rescale=NOW - 60, last_action=NOW - 60)
+    over = analysis(steps((700, 420_000), (HORIZON - 700, 250_000)), scaleout=4)
+    [keep] = planner_mpc.evaluate(CFG, planner_mpc.prepare(CFG, over, HORIZON), 4, 0.0, [()], 30.0, 15.0, 1500.0)
+    assert keep.max_latency_expected_s == pytest.approx(35.0, abs=0.5)
+    assert keep.max_latency_s == pytest.approx(68.0, abs=0.5)
+    assert plan(CFG, over, ctx(**rescaled), NOW).target == 6
+    d = plan(replace(CFG, grace_breach_band=0.5), over, ctx(**rescaled), NOW)
+    assert (d.kind, d.target) == ("no-change", 4)
+    assert "grace period: keeping 4 is predicted at ≤ 68 s on the band, 35 s expected; judged at 52 s " \
+           "(grace_breach_band 0.5), within the 60 s SLO: no scale-out before the grace period ends" in d.reasons
+    # Past the grace period the setting plays no part: the planner's own feasibility (on the band) scales out.
+    assert plan(replace(CFG, grace_breach_band=0.0), over, ctx(last_rescale=NOW - 300, last_action=NOW - 300),
+                NOW).target == 6
+    with pytest.raises(ValueError, match=r"grace_breach_band must be in \[0, 1\]"):
+        LoopConfig(grace_breach_band=1.5)
+
+
 def test_the_grace_period_of_an_action_that_never_happened_holds_whatever_the_load():
     # The last action is an intent whose run died before the patch (abandoned: its time is newer than the last
     # rescale). Its grace period stands, so that the action is never redone blindly, even with the SLO breached.
