@@ -50,8 +50,10 @@ class LoopConfig:
     # mean forecast, the expected capacities, half a checkpoint of replay) to the robust one (1: the upper band, the
     # capacities less the margin, a whole checkpoint), as the planner's feasibility is. Just after a rescale the
     # band is at its widest (the burst that caused it is in the recent error) and the new scale-out's capacity is
-    # not observed yet, and a second rescale's downtime falls on the backlog the first is draining.
-    grace_breach_band: float = 1.0
+    # not observed yet, and a second rescale's downtime falls on the backlog the first is draining. Chosen by
+    # `bench cv` pooled over three seeds (0, 0.5, 1: docs/benchmark-results.md, "How sure a breach inside the grace
+    # period must be").
+    grace_breach_band: float = 0.5
     # Scale-ins only save money, so they may wait: no scale-in within this long of the last rescale (Kubernetes
     # HPA and the Flink autoscaler stabilise scale-downs the same way). 0 turns it off. None: the planner's own
     # (`scale_in_s`): 600 s for the model-predictive planner, whose schedules refuse a scale-in the forecast would

@@ -235,16 +235,18 @@ def test_inside_the_grace_period_only_a_breach_of_the_slo_scales_out():
     # 420,000/s for T seconds, then 250,000/s, at 4 workers (usable 392,000/s). On the band (420,000 × 1.01–1.03
     # over the first ten minutes) the backlog grows by about 35,000 tuples a second: after 600 s about 21 million,
     # 55–57 s of the four workers' capacity, over the budget (48 s) but within the SLO (60 s); after 700 s about
-    # 68 s, over the SLO. 6 workers now (usable 588,000/s) hold the latency under 40 s.
+    # 68 s, over the SLO. 6 workers now (usable 588,000/s) hold the latency under 40 s. The breach judged on the
+    # band alone (`grace_breach_band` 1; the default is below).
+    cfg = replace(CFG, grace_breach_band=1.0)
     rescaled = dict(last_rescale=NOW - 60, last_action=NOW - 60)  # 60 s ago: 120 s of the grace period left
     within = analysis(steps((600, 420_000), (HORIZON - 600, 250_000)), scaleout=4)
-    d = plan(CFG, within, ctx(**rescaled), NOW)
+    d = plan(cfg, within, ctx(**rescaled), NOW)
     assert any("keep 4:" in r and "predicted latency ≤ 57 s (over the budget 48 s)" in r for r in d.reasons)
     assert d.kind == "no-change" and not any("inside the grace period" in r for r in d.reasons)
     # The same load five minutes after the rescale (past the grace period, within the pace): 6 now.
-    assert plan(CFG, within, ctx(last_rescale=NOW - 300, last_action=NOW - 300), NOW).target == 6
+    assert plan(cfg, within, ctx(last_rescale=NOW - 300, last_action=NOW - 300), NOW).target == 6
     over = analysis(steps((700, 420_000), (HORIZON - 700, 250_000)), scaleout=4)
-    d = plan(CFG, over, ctx(**rescaled), NOW)
+    d = plan(cfg, over, ctx(**rescaled), NOW)
     assert any("keep 4:" in r and "predicted latency ≤ 68 s" in r for r in d.reasons)
     assert (d.kind, d.target) == ("scale-out", 6)
     assert d.reasons[-1] == ("inside the grace period (last action 60 s ago, < 180 s): a scale-out, since keeping 4 "
@@ -254,14 +256,14 @@ def test_inside_the_grace_period_only_a_breach_of_the_slo_scales_out():
 def test_how_sure_a_breach_inside_the_grace_period_must_be_is_a_setting():
     # The case above that breaks the SLO on the band (68 s). Expected (the mean forecast, the corrected capacity
     # 400,000/s at 4), the backlog after 700 s is 20,000 × 700 = 14,000,000 tuples: 35 s of 4's capacity, within the
-    # SLO. `grace_breach_band` b judges keeping at 35 + b × (68 − 35): 1 (the default) scales out; 0.5 (52 s) keeps.
+    # SLO. `grace_breach_band` b judges keeping at 35 + b × (68 − 35): 1 scales out; 0.5, the default (52 s), keeps.
     rescaled = dict(last_rescale=NOW - 60, last_action=NOW - 60)
     over = analysis(steps((700, 420_000), (HORIZON - 700, 250_000)), scaleout=4)
     [keep] = planner_mpc.evaluate(CFG, planner_mpc.prepare(CFG, over, HORIZON), 4, 0.0, [()], 30.0, 15.0, 1500.0)
     assert keep.max_latency_expected_s == pytest.approx(35.0, abs=0.5)
     assert keep.max_latency_s == pytest.approx(68.0, abs=0.5)
-    assert plan(CFG, over, ctx(**rescaled), NOW).target == 6
-    d = plan(replace(CFG, grace_breach_band=0.5), over, ctx(**rescaled), NOW)
+    assert plan(replace(CFG, grace_breach_band=1.0), over, ctx(**rescaled), NOW).target == 6
+    d = plan(CFG, over, ctx(**rescaled), NOW)
     assert (d.kind, d.target) == ("no-change", 4)
     assert "grace period: keeping 4 is predicted at ≤ 68 s on the band, 35 s expected; judged at 52 s " \
            "(grace_breach_band 0.5), within the 60 s SLO: no scale-out before the grace period ends" in d.reasons
