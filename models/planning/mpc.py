@@ -10,8 +10,8 @@ horizon and applies its first step, as model-predictive control does:
   pace), each followed by nothing or by one more switch `rescale_interval` later (`candidates`), over the
   forecast's 30 minutes. A scale-out sooner than the planner's pace is taken only when nothing else keeps the
   latency budget; inside the grace period after an executed rescale, only when keeping the scale-out would break
-  the SLO itself. A scale-in is paced by the scale-in interval alone: it only saves, and the check below refuses
-  one the forecast would undo;
+  the SLO itself (`grace_breach_band`: how sure that must be). A scale-in is paced by the scale-in interval alone:
+  it only saves, and the check below refuses one the forecast would undo;
 - each schedule is simulated on the same models the paper's planner uses (capacity per scale-out, the
   forecast, the downtime of a rescale and the replay from the last checkpoint), in 5-second bins, with the
   backlog's Lindley recursion b ← max(0, b + arrivals − capacity);
@@ -534,7 +534,8 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # capacities near 0 or 1e300: inf, ranked last
         [keep] = evaluate(cfg, inputs, cur, a.lag, [()], d_out, d_in, robust_s, prices)
         # Inside the grace period the last rescale is still settling: a scale-out there overrides a guardrail, so
-        # only a predicted breach of the SLO itself (on the band, if nothing changes) justifies it, not the budget;
+        # only a predicted breach of the SLO itself if nothing changes (judged `grace_breach_band` of the way from
+        # the expected latency of keeping to the band's) justifies it, not the budget;
         # and never after an intent that did not reach the target (its grace period keeps it from being redone).
         judged = keep.max_latency_expected_s + cfg.grace_breach_band * (keep.max_latency_s
                                                                          - keep.max_latency_expected_s)
