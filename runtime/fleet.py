@@ -391,10 +391,7 @@ class Fleet:
         balancer for a replica, the replicas and the services for Redis, the replicas for the balancer (the UI they
         serve names its address); never a worker, whose runs would die with it."""
         kind = kind_of(name)
-        chosen = {self.ports.postgres, self.ports.redis, self.ports.lb, *self.ports.api}
-        port = free_port()
-        while port in chosen:  # free now, but chosen for a process not started yet
-            port = free_port()
+        port = free_port(avoid={self.ports.postgres, self.ports.redis, self.ports.lb, *self.ports.api})
         replicas = [f"api-{i}" for i in range(len(self.ports.api))]
         if kind == "api":
             self.ports.api[int(name.split("-")[1])], named_by = port, ["lb"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 # The kernel hands out ports from this range to every socket bound to port 0 and to every outgoing connection. A
@@ -50,6 +51,9 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def free_port() -> int:
-    """One loopback port free right now."""
-    return free_ports(1)[0]
+def free_port(avoid: Collection[int] = ()) -> int:
+    """One loopback port free right now, none of `avoid` (ports chosen for a process that has not bound them yet)."""
+    port = free_ports(1)[0]
+    while port in avoid:
+        port = free_ports(1)[0]
+    return port

@@ -50,10 +50,7 @@ def local_prometheus(folder: Path, targets: Sequence[str] = (), scrape_interval:
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     # Never a port it is told to scrape: a target started next (a Spark job takes seconds) has not bound its port yet,
     # and a port just released may be handed out again (CI: the job then failed with "Address already in use").
-    scraped = {target.rpartition(":")[2] for target in targets}
-    port = free_port()
-    while str(port) in scraped:
-        port = free_port()
+    port = free_port(avoid={int(p) for target in targets if (p := target.rpartition(":")[2]).isdigit()})
     cmd = [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-admin-api"]
     if lookback:

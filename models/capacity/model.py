@@ -240,6 +240,7 @@ class CapacityModel:
 
     @staticmethod
     def _check_aligned(obs: Observation) -> None:
+        """Every worker's series as long as the timestamps, or a ValueError."""
         steps = np.shape(obs.uptime_s)
         for worker in sorted(set(obs.throughput) & set(obs.cpu)):
             y, x = np.shape(obs.throughput[worker]), np.shape(obs.cpu[worker])

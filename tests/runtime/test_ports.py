@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daedalus.runtime import ports
-from daedalus.runtime.ports import FIRST_PORT, free_ports
+from daedalus.runtime.ports import FIRST_PORT, free_port, free_ports
 
 
 def test_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -31,3 +31,9 @@ def test_a_range_too_narrow_to_choose_from_leaves_the_choice_to_the_kernel(tmp_p
     assert len(set(chosen)) == 3 and all(p >= FIRST_PORT + 10 for p in chosen)
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE", tmp_path / "missing")
     assert len(set(free_ports(3))) == 3
+
+
+def test_a_port_to_avoid_is_never_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    offered = iter([[21000], [21000], [21001]])
+    monkeypatch.setattr(ports, "free_ports", lambda n: next(offered))
+    assert free_port(avoid={21000}) == 21001
