@@ -40,7 +40,7 @@ def run_score(report: Mapping[str, Any]) -> float:
             + 100.0 * max(0.0, report["rescales"] - allowed) + report["worker_seconds_pct_of_static"])
 
 
-def parse_grid(axes: Sequence[str]) -> dict[str, tuple[float, ...]]:
+def parse_grid(axes: Sequence[str], option: str = "--grid") -> dict[str, tuple[float, ...]]:
     """`["forecast_z=0.5,1,2", …]` → {"forecast_z": (0.5, 1.0, 2.0), …}: numeric settings of `LoopConfig` only,
     each value checked as the loop would check it."""
     numeric = {f.name for f in dataclasses.fields(LoopConfig) if f.type in ("float", "int")}
@@ -49,15 +49,26 @@ def parse_grid(axes: Sequence[str]) -> dict[str, tuple[float, ...]]:
         name, _, values = axis.partition("=")
         name = name.strip()
         if name not in numeric:
-            raise ConfigurationError(f"--grid {axis!r}: {name!r} is not a numeric loop setting; known: "
+            raise ConfigurationError(f"{option} {axis!r}: {name!r} is not a numeric loop setting; known: "
                                      f"{', '.join(sorted(numeric))}")
         try:
             grid[name] = tuple(float(v) for v in values.split(","))
             for v in grid[name]:
                 LoopConfig(**{name: v})
         except ValueError as exc:
-            raise ConfigurationError(f"--grid {axis!r}: {exc}") from None
+            raise ConfigurationError(f"{option} {axis!r}: {exc}") from None
     return grid
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, float]:
+    """`["grace_breach_band=0.5", …]` → {"grace_breach_band": 0.5, …}: one value of a numeric loop setting each, as
+    `parse_grid` checks it (a setting a cross-validation run chose, tried on one run)."""
+    grid = parse_grid(items, "--set")
+    several = [name for name, values in grid.items() if len(values) != 1]
+    if several:
+        raise ConfigurationError(f"--set {several[0]}: one value, not {len(grid[several[0]])}; `bench cv --grid` "
+                                 "searches several")
+    return {name: values[0] for name, values in grid.items()}
 
 
 def settings_grid(grid: Mapping[str, Sequence[float]] = GRID) -> list[dict[str, float]]:

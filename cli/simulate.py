@@ -257,8 +257,13 @@ def simulate(
     max_rescales_per_hour: cli_bench.MaxRescalesPerHour = None,
     rescale_price: cli_bench.RescalePrice = None,
     forecast_z: cli_bench.ForecastZ = None,
+    setting: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=VALUE", help="Daedalus: any numeric loop setting for this run, as `bench cv --grid` "
+                                            "names it (repeatable: --set grace_breach_band=1 --set envelope_s=0)")
+    ] = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
+    from daedalus.bench.cv import parse_settings
     from daedalus.bench.explain import trace_path
     from daedalus.sim.report import trace
     from daedalus.sim.workloads import load_workload
@@ -266,13 +271,13 @@ def simulate(
     if policy not in policies.names():
         fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
+        overrides = cli_bench.loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour,
+                                             rescale_price, forecast_z) | parse_settings(setting or [])
         values = generated(workload, hours) if not workload.exists() else None
         values = load_workload(workload, hours=hours) if values is None else values
         with tempfile.TemporaryDirectory() as tmp:
             result, report = run_policy(values, policy, max_scaleout, peak_utilization, seed, workload.name,
-                                   cli_bench.loop_overrides(target_recovery, scale_in_interval,
-                                                            max_rescales_per_hour, rescale_price, forecast_z),
-                                   store_url=f"{tmp}/knowledge" if prefect else None,
+                                   overrides, store_url=f"{tmp}/knowledge" if prefect else None,
                                    prefect_home=Path(tmp) / "prefect" if prefect else None)
     except DaedalusError as exc:
         fail(exc)

@@ -112,3 +112,22 @@ def test_simulate_takes_the_settings_a_cross_validation_run_used(tmp_path):
     assert "0 of 6 spent in the last 2 h (3 an hour): 300 worker-s per rescale" in reasons
     assert "600 worker-s per rescale" not in reasons
     assert "(z = 1.5)" in reasons and "(z = 1)" not in reasons
+
+
+def test_simulate_sets_any_numeric_loop_setting_and_refuses_a_bad_one(tmp_path):
+    # Every decision of the model-predictive planner names its latency budget: latency_budget_share × the SLO.
+    from daedalus.bench.explain import trace_path
+
+    out = tmp_path / "flat.json"
+    result = run("simulate", "--workload", "flat-0", "--hours", 0.25, "--set", "latency_budget_share=0.5",
+                 "--set", "envelope_s=0", "--json", out)
+    assert result.exit_code == 0, result.output
+    reasons = [r for d in json.loads(trace_path(out).read_text())["decisions"] for r in d["reasons"]]
+    assert any("latency budget 30 s (0.5 × SLO 60 s)" in r for r in reasons)
+    assert not any("latency budget 48 s" in r or r.startswith("envelope:") for r in reasons)
+    for given, said in (("nonsense=1", "'nonsense' is not a numeric loop setting"),
+                        ("forecast_z=1,2", "--set forecast_z: one value, not 2"),
+                        ("grace_breach_band=2", "grace_breach_band must be in [0, 1], got 2.0")):
+        bad = tmp_path / "bad.json"
+        result = run("simulate", "--workload", "flat-0", "--hours", 0.25, "--set", given, "--json", bad)
+        assert result.exit_code == 1 and said in flat(result.output) and not bad.exists(), result.output
