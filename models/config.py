@@ -112,15 +112,9 @@ class LoopConfig:
     # envelope's minutes; n ≥ 3, the median of the n minutes around each, which a fall to a flat stretch does not
     # cut beneath (a line through it makes the level the load left look like a burst, and the planner holds it).
     # `bench cv` kept the line: the median (5) saves 3–4 points of static but broke the SLO and the budget more
-    # often pooled over three seeds (docs/benchmark-results.md, "The level and the ramp").
+    # often pooled over three seeds (docs/benchmark-results.md, "The level and the ramp"), as did a burst that must
+    # be risen into ("The envelope's old level a third time").
     level_minutes: int = 0
-    # A minute above its level counts as a burst only if the load rose into it: at least this much (relative to the
-    # level) above the lowest minute before it in the envelope's window. 0 counts every minute above the level.
-    burst_rise: float = 0.0
-    # A scale-in now must cover the largest minute of the load in the last this many seconds (as the Kubernetes HPA's
-    # scale-down stabilisation keeps the highest recommendation of its window): a scale-in in a trough is not undone
-    # by the next swing. 0 turns it off; at most the 30 minutes the analysis hands over.
-    scale_in_window_s: float = 0.0
     # The capacity estimate's spread (observed scale-outs against their interpolation from the others) is added to
     # the margin of every extrapolated scale-out, up to this much. 0 turns it off, which `bench cv` chose: with the
     # envelope on, 0.1 bought no second within the SLO on any family and cost worker-seconds on most.
@@ -172,10 +166,6 @@ class LoopConfig:
             raise ValueError(f"capacity_spread_max must be in [0, 0.5), got {self.capacity_spread_max!r}")
         if not 0 <= self.grace_breach_band <= 1:
             raise ValueError(f"grace_breach_band must be in [0, 1], got {self.grace_breach_band!r}")
-        if not 0 <= self.burst_rise <= 1:
-            raise ValueError(f"burst_rise must be in [0, 1], got {self.burst_rise!r}")
-        if not 0 <= self.scale_in_window_s <= 1800:
-            raise ValueError(f"scale_in_window_s must be in [0, 1800], got {self.scale_in_window_s!r}")
         if not self.envelope_s >= 0:
             raise ValueError(f"envelope_s must be ≥ 0, got {self.envelope_s!r}")
         if self.level_minutes != 0 and not (self.level_minutes >= 3 and self.level_minutes % 2 == 1):

@@ -233,11 +233,6 @@ def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, bool, str]:
         return 0.0, 0.0, False, ""
     trend = np.maximum(level(recent, cfg.level_minutes), 0.05 * float(recent.mean()))
     above = (recent - trend) / trend
-    if cfg.burst_rise > 0:
-        # Only minutes the load rose into count: a fall (to a flat stretch, or a step down) leaves minutes above a
-        # line cut beneath them, which are no burst.
-        rise = (recent - np.minimum.accumulate(recent)) / trend
-        above = np.where(rise >= cfg.burst_rise, above, -np.inf)
     excursion = float(above.max())
     if excursion <= MIN_SWING:
         return 0.0, 0.0, False, ""
@@ -247,7 +242,7 @@ def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, bool, str]:
     flaps = reversals >= FLAP_RATE * recent.size
     worst = int(np.argmax(above))
     # The largest burst; against a line, the largest minute (a level the load has left may look like a burst).
-    top = float(recent[above > MIN_SWING].max() if cfg.level_minutes or cfg.burst_rise > 0 else recent.max())
+    top = float(recent[above > MIN_SWING].max() if cfg.level_minutes else recent.max())
     how = (f"it flaps ({reversals} reversals of its swings): planning for its largest minute, {top:,.0f}/s, or the "
            "forecast where higher, in place of the forecast's band" if flaps else
            f"planning for its largest minute, {top:,.0f}/s, or the forecast's band where higher")
@@ -256,15 +251,6 @@ def envelope(cfg: LoopConfig, a: Analysis) -> tuple[float, float, bool, str]:
         f"{'level' if cfg.level_minutes else 'trend'} "
         f"({float(recent[worst]):,.0f}/s against {float(trend[worst]):,.0f}/s, {recent.size - worst} min ago); "
         f"{how}, over the next {duration(cfg.rescale_interval + ROBUST_EXTRA_S)}")
-
-
-def recent_peak(cfg: LoopConfig, a: Analysis, at: float = 0.0) -> float:
-    """The largest minute mean that a scale-in `at` seconds from now must cover: those of the recent minutes still
-    within `scale_in_window_s` then (0: none)."""
-    minutes = int(max(0.0, cfg.scale_in_window_s - at) // 60)
-    recent = np.asarray(a.recent_minutes[-minutes:] if minutes else (), dtype=float)
-    recent = recent[np.isfinite(recent)]
-    return float(recent.max()) if recent.size else 0.0
 
 
 def level(recent: np.ndarray, minutes: int) -> np.ndarray:
@@ -557,11 +543,6 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
         schedules = [keep, *evaluate(cfg, inputs, cur, a.lag,
                                      candidates(cfg, cur, horizon, grace_left, scale_in_left, pace_left, breach),
                                      d_out, d_in, robust_s, prices)]
-    # A scale-in must cover the largest minute still in its window when it starts (the minutes known now).
-    below = [s for s in schedules if s.switches and s.switches[0][1] < cur
-             and inputs.usable[s.switches[0][1] - 1] < recent_peak(cfg, a, s.switches[0][0])]
-    schedules = [s for s in schedules if all(s is not b for b in below)]
-    floor = recent_peak(cfg, a)
     budget = cfg.latency_budget_share * cfg.latency_slo
 
     def early(s: Schedule) -> bool:
@@ -591,11 +572,6 @@ def decide(cfg: LoopConfig, a: Analysis, now: float, last_rescale: float | None,
                      "no scale-out before the grace period ends")
     if unobserved:
         notes.append(f"the capacity at {cur} is not observed yet: no scale-in")
-    if below and floor > 0:
-        covers = np.flatnonzero(inputs.usable >= floor)
-        notes.append(f"scale-in floor: the largest minute of the last {duration(cfg.scale_in_window_s)}, "
-                     f"{floor:,.0f}/s, needs {int(covers[0]) + 1 if covers.size else cur}: no scale-in below it "
-                     "while it is in the window")
     notes.append(f"rescale budget: {recent_rescales} of {allowed} spent in the last {duration(RESCALE_WINDOW_S)} "
                  f"({cfg.max_rescales_per_hour:g} an hour): {price:,.0f} worker-s per rescale"
                  + (", no scale-in, which a scale-out might have to undo" if spent else ""))

@@ -451,37 +451,6 @@ def test_a_switch_between_two_bins_is_simulated_at_the_next_one():
     assert (d.kind, d.target) == ("scale-in", 1) and "3 → 1 now" in d.reasons[-1]
 
 
-def test_a_scale_in_must_cover_the_largest_minute_still_in_the_scale_in_window_when_it_starts():
-    # A flat 150,000/s forecast at 4 workers: 2 (usable 196,000) cover it and its band (at most 4.5 % above), so the
-    # planner scales in to 2 now. With a minute at 250,000/s 8 minutes ago and a 10-minute scale-in window, a
-    # scale-in must cover it while it is in the window: 2 may start only once fewer than 8 minutes of the window are
-    # left, at the first scale-in start then (360 s: 4 minutes). Over the 30-minute horizon (no price on a rescale
-    # here) keeping 4 for 360 s, then 2, is 4 × 360 + 2 × 1,440 = 4,320 worker-s, against 3 now (covering 250,000
-    # with 294,000) and 2 after the pace, 3 × 1,200 + 2 × 600 = 4,800: the planner waits. (The envelope is off: it
-    # would plan for that minute itself.)
-    cfg = replace(CFG, envelope_s=0.0, scale_in_window_s=600.0)
-    minutes = [150_000.0] * 30
-    minutes[-8] = 250_000.0
-    a = replace(analysis([150_000] * HORIZON, scaleout=4), recent_minutes=tuple(minutes))
-    assert plan(replace(cfg, scale_in_window_s=0.0), a, ctx(), NOW).target == 2
-    d = plan(cfg, a, ctx(), NOW)
-    assert (d.kind, d.target) == ("no-change", 4)
-    assert "scale-in floor: the largest minute of the last 10 min, 250,000/s, needs 3: no scale-in below it while it " \
-           "is in the window" in d.reasons
-    assert d.reasons[-1].startswith("cheapest: 4 → 2 in 360 s: 4,320 worker-s") and d.reasons[-1].endswith(
-        "not now: keep 4")
-    # A minute 1 minute ago in a 30-minute window stays in it past every first start: 3 now (5,400 worker-s alone,
-    # 4,800 with 2 after the pace, which the window no longer binds then).
-    minutes[-8], minutes[-1] = 150_000.0, 250_000.0
-    d = plan(replace(cfg, scale_in_window_s=1800.0), replace(a, recent_minutes=tuple(minutes)), ctx(), NOW)
-    assert (d.kind, d.target) == ("scale-in", 3) and "4 → 3 now, then 3 → 2 in 1200 s: 4,800 worker-s" in d.reasons[-1]
-    # 12 minutes ago, outside the window: 2 now, as without it.
-    minutes[-1], minutes[-12] = 150_000.0, 250_000.0
-    assert plan(cfg, replace(a, recent_minutes=tuple(minutes)), ctx(), NOW).target == 2
-    with pytest.raises(ValueError, match=r"scale_in_window_s must be in \[0, 1800\]"):
-        LoopConfig(scale_in_window_s=3600.0)
-
-
 def test_the_envelope_is_the_largest_excursion_above_the_trend():
     # Minute means 100, 100, 100, 200, 100, 100: the least-squares line has slope 50 / 17.5 = 2.857 and passes
     # through (2.5, 116.67), so at minute 3 it is 118.10: 200 is 69.35 % above it. Planned for: the largest, 200.
