@@ -23,6 +23,7 @@ from daedalus.bench.families import FAMILIES
 from daedalus.bench.policies import PAPER, Case, Workload, load_all, resolve_workloads, run_all
 from daedalus.models.config import LoopConfig
 from daedalus.models.errors import ConfigurationError
+from daedalus.sim.scenario import SCENARIO_SETTINGS
 
 # The settings searched by default: the envelope's look-back (0: off; at most the 30 minutes the analysis hands over)
 # and the largest capacity spread added to an extrapolated scale-out's margin (0: off). Other axes, such as the
@@ -48,6 +49,9 @@ def parse_grid(axes: Sequence[str], option: str = "--grid") -> dict[str, tuple[f
     for axis in axes:
         name, _, values = axis.partition("=")
         name = name.strip()
+        if name in SCENARIO_SETTINGS:
+            raise ConfigurationError(f"{option} {axis!r}: {name} is {SCENARIO_SETTINGS[name]}, not a loop setting "
+                                     "to set here")
         if name not in numeric:
             raise ConfigurationError(f"{option} {axis!r}: {name!r} is not a numeric loop setting; known: "
                                      f"{', '.join(sorted(numeric))}")

@@ -10,6 +10,10 @@ from daedalus.models.config import LoopConfig
 from daedalus.sim.simulator import SimConfig, Simulator
 from daedalus.sim.workloads import rescale_to_peak
 
+# The loop settings a run takes from its scenario, not from `loop_overrides`, and where they come from.
+SCENARIO_SETTINGS = {"max_scaleout": "the run's --max-scaleout",
+                     "checkpoint_interval": "the simulated engine's checkpoint interval"}
+
 
 def scenario(workload: np.ndarray, max_scaleout: int = 12, peak_utilization: float = 0.9, seed: int = 0,
              loop_overrides: Mapping[str, float] | None = None, **sim_overrides: float

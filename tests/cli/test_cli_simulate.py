@@ -127,7 +127,8 @@ def test_simulate_sets_any_numeric_loop_setting_and_refuses_a_bad_one(tmp_path):
     assert not any("latency budget 48 s" in r or r.startswith("envelope:") for r in reasons)
     for given, said in (("nonsense=1", "'nonsense' is not a numeric loop setting"),
                         ("forecast_z=1,2", "--set forecast_z: one value, not 2"),
-                        ("grace_breach_band=2", "grace_breach_band must be in [0, 1], got 2.0")):
+                        ("grace_breach_band=2", "grace_breach_band must be in [0, 1], got 2.0"),
+                        ("max_scaleout=6", "max_scaleout is the run's --max-scaleout, not a loop setting")):
         bad = tmp_path / "bad.json"
         result = run("simulate", "--workload", "flat-0", "--hours", 0.25, "--set", given, "--json", bad)
         assert result.exit_code == 1 and said in flat(result.output) and not bad.exists(), result.output
