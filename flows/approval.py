@@ -15,6 +15,7 @@ from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import load_jobs
 from daedalus.connectors.store import DEFAULT_URL
 from daedalus.models.errors import Refused
+from daedalus.models.loop.approvals import EXPIRY_MARGIN_S
 from daedalus.models.text import utc
 from daedalus.tasks.approval import (
     OUTCOME_STATES,
@@ -25,8 +26,6 @@ from daedalus.tasks.approval import (
     outcome_markdown,
 )
 from daedalus.tasks.artifacts import artifact_key
-
-EXPIRY_MARGIN_S = 300  # the loop runs every minute; five of them to notice the expiry before the server does
 
 
 def resumed_at(flow_run_id: Any) -> float | None:

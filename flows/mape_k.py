@@ -16,10 +16,11 @@ from daedalus.connectors.store import DEFAULT_URL, JobStore, Store
 from daedalus.connectors.switches import stop_reason
 from daedalus.models.errors import ConnectorError
 from daedalus.models.knowledge import Knowledge
+from daedalus.models.loop.approvals import approval_runs
 from daedalus.models.loop.iteration import Iteration, Phases, iterate
 from daedalus.models.ports import Target
 from daedalus.tasks.analyze import analyze
-from daedalus.tasks.approval import close_approval_runs, request_approval
+from daedalus.tasks.approval import reconcile_approval_runs
 from daedalus.tasks.execute import execute
 from daedalus.tasks.lake import record_history
 from daedalus.tasks.monitor import monitor
@@ -37,7 +38,7 @@ def _retry_unless_given_up(task: Any, task_run: Any, state: Any) -> bool:
 ORCHESTRATED = Phases(unwalked(monitor.with_options(retry_condition_fn=_retry_unless_given_up)), unwalked(analyze),
                       unwalked(plan), unwalked(execute))
 # the run's other tasks, called the same way
-REQUEST_APPROVAL, PUBLISH, CLOSE_APPROVAL_RUNS = map(unwalked, (request_approval, publish, close_approval_runs))
+RECONCILE_APPROVAL_RUNS, PUBLISH = map(unwalked, (reconcile_approval_runs, publish))
 
 
 def load_knowledge(store: JobStore, target: Target) -> tuple[Knowledge, int | None]:
@@ -94,20 +95,19 @@ def mape_k(job: str, store_url: str = DEFAULT_URL, jobs_file: str | None = None,
     for note in it.notes:
         logger.info("%s: %s", job, note)
     emit_loop_events(job, it, knowledge, store_url, jobs_file)
-    # The proposal is visible from the save on: its approval run (the operator's form) comes before any report.
-    if it.action is not None and it.action.state == "proposed" and spec is not None and jobs_file is not None:
-        REQUEST_APPROVAL(it, knowledge, spec, store_url, jobs_file)
+    # The proposal is visible from the save on: its approval run (the operator's form) comes before any report. A run
+    # that died after its save left its approval runs undone: each run does what the ledger asks of them.
+    wanted = approval_runs(knowledge, target.wall_now(), target.config.approval_timeout)
+    if wanted and spec is not None and jobs_file is not None:
+        try:
+            RECONCILE_APPROVAL_RUNS(wanted, it, knowledge, spec, store_url, jobs_file)
+        except Exception as exc:  # the next run tries again; the server's own timeout ends a run nobody closes
+            logger.warning("%s: the approval runs were not reconciled (%s: %s)", job, type(exc).__name__, exc)
     # What is left only reports: once the run has acted and saved, no report can fail it or skip its events.
     try:
         PUBLISH(it, knowledge, store, target.config.mode, stop, version)
     except Exception as exc:
         logger.error("%s: the dashboards were not published (%s: %s); the loop's work is saved", job,
                      type(exc).__name__, exc)
-    if it.closed and jobs_file is not None:
-        try:
-            CLOSE_APPROVAL_RUNS(it.closed, knowledge)
-        except Exception as exc:  # the server's own timeout still ends them
-            logger.warning("%s: could not close the approval runs of %s (%s: %s)", job,
-                           ", ".join(p for p, _ in it.closed), type(exc).__name__, exc)
     logger.info("%s: %s %d → %d", job, it.decision.kind, it.decision.current, it.decision.target)
     return {**it.summary(), "knowledge_version": version}

@@ -1,5 +1,6 @@
-"""Approval: the proposal an operator sees, and two tasks of the loop's run — starting the `approve-scale` run of a
-new proposal, and closing the waiting runs of proposals answered, expired or superseded outside them.
+"""Approval: the proposal an operator sees, and the loop run's task that keeps the `approve-scale` runs in step with
+the ledger — starting the run of an open proposal, and closing the waiting runs of proposals answered, expired or
+superseded outside them.
 
 The loop never blocks on an operator. In `approve` mode it records a proposal (models/loop/execute.py) and starts an
 `approve-scale` flow run, which suspends itself waiting for an answer from the Prefect UI (a form with the job's
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from prefect.input import RunInput
 
     from daedalus.models.knowledge import Knowledge
+    from daedalus.models.loop.approvals import ApprovalRuns
     from daedalus.models.loop.iteration import Iteration
 
 APPROVE_DEPLOYMENT = "approve-scale/approve-scale"
@@ -59,8 +61,12 @@ class ApprovalRequest(BaseModel):
 
 
 def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec) -> ApprovalRequest:
-    a, d, p = it.analysis, it.decision, knowledge.pending
+    """The pending proposal as the run `it` sees it: its own analysis (a run that starts the request for a proposal
+    an earlier run made shows today's capacities), the recovery predicted when it was proposed."""
+    a, p = it.analysis, knowledge.pending
     assert p is not None, "an approval request needs a pending proposal"
+    entry = knowledge.entry(p.id)
+    recovery = it.decision.predicted_recovery_s if entry is None else entry.predicted_recovery_s
     return ApprovalRequest(
         job=knowledge.job, proposal=p.id, current=p.current, proposed=p.target,
         min_scaleout=spec.scaleout.min, max_scaleout=spec.scaleout.max,
@@ -69,7 +75,7 @@ def approval_request(it: Iteration, knowledge: Knowledge, spec: JobSpec) -> Appr
         recovery_times=[None if math.isinf(r) else round(r, 1) for r in a.recovery_times],
         avg_workload=a.avg_workload, lag=a.lag, forecast_peak=a.forecast.peak, forecast_method=a.forecast.method,
         forecast_horizon_s=float(len(a.forecast.values)),
-        predicted_recovery_s=d.predicted_recovery_s, reasons=list(p.reasons), created=p.created, expires=p.expires,
+        predicted_recovery_s=recovery, reasons=list(p.reasons), created=p.created, expires=p.expires,
     )
 
 
@@ -155,27 +161,6 @@ def answer_model(r: ApprovalRequest) -> type[RunInput]:
     )
 
 
-@task(name="request-approval", cache_policy=NO_CACHE)
-def request_approval(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> str | None:
-    """Start the `approve-scale` run for a new proposal (deployed runs only); returns its flow run id."""
-    from prefect.deployments import run_deployment
-    from prefect.exceptions import ObjectNotFound
-
-    logger = get_run_logger()
-    request = approval_request(it, knowledge, spec)
-    try:
-        run = run_deployment(APPROVE_DEPLOYMENT, parameters={"request": request.model_dump(), "store_url": store_url,
-                                                             "jobs_file": jobs_file},
-                             timeout=0, as_subflow=False, flow_run_name=f"approve-{request.proposal}",
-                             tags=["daedalus", f"job:{request.job}", f"proposal:{request.proposal}"])
-    except ObjectNotFound:
-        logger.warning("no %s deployment: answer proposal %s with `daedalus approve|reject %s`",
-                       APPROVE_DEPLOYMENT, request.proposal, request.proposal)
-        return None
-    logger.info("proposal %s awaits an operator in flow run %s", request.proposal, run.id)
-    return str(run.id)
-
-
 def outcome_markdown(r: ApprovalRequest, outcome: str) -> str:
     return f"# {r.job}: proposal `{r.proposal}` ({r.current} → {r.proposed})\n\n{outcome}\n"
 
@@ -193,14 +178,34 @@ def _outcome(proposal: str, outcome: str, knowledge: Knowledge | None) -> str:
     return f"proposal {proposal} {outcome}: nothing was done"
 
 
-@task(name="close-approval-runs", cache_policy=NO_CACHE)
-def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], ...],
-                        knowledge: Knowledge | None = None) -> None:
-    """Finish the waiting `approve-scale` run of each proposal that was answered outside it (`daedalus approve`),
-    expired or was superseded, as a Completed run named for its outcome, with the outcome on the job's approval
-    page: an unanswered proposal is a normal outcome, not a failure."""
-    if not closed:
+def _request(it: Iteration, knowledge: Knowledge, spec: JobSpec, store_url: str, jobs_file: str) -> None:
+    """Start the `approve-scale` run of the open proposal. Keyed by the proposal, so that a run already started for
+    it (by the run that proposed, before it died) is returned by the server rather than started twice."""
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    logger = get_run_logger()
+    request = approval_request(it, knowledge, spec)
+    try:
+        run = run_deployment(APPROVE_DEPLOYMENT, parameters={"request": request.model_dump(), "store_url": store_url,
+                                                             "jobs_file": jobs_file},
+                             timeout=0, as_subflow=False, flow_run_name=f"approve-{request.proposal}",
+                             idempotency_key=f"approve-{request.proposal}",
+                             tags=["daedalus", f"job:{request.job}", f"proposal:{request.proposal}"])
+    except ObjectNotFound:
+        logger.warning("no %s deployment: answer proposal %s with `daedalus approve|reject %s`",
+                       APPROVE_DEPLOYMENT, request.proposal, request.proposal)
         return
+    logger.info("proposal %s awaits an operator in flow run %s", request.proposal, run.id)
+
+
+@task(name="reconcile-approval-runs", cache_policy=NO_CACHE)
+def reconcile_approval_runs(wanted: ApprovalRuns, it: Iteration, knowledge: Knowledge, spec: JobSpec,
+                            store_url: str, jobs_file: str) -> None:
+    """Make the server's `approve-scale` runs match the ledger (models/loop/approvals.py): start the open proposal's
+    run if it has none, and end the waiting run of each proposal answered outside it (`daedalus approve`), expired
+    or superseded, as a Completed run named for its outcome, with the outcome on the job's approval page: an
+    unanswered proposal is a normal outcome, not a failure. One read of the server when there is nothing to do."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
@@ -209,19 +214,23 @@ def close_approval_runs(closed: list[tuple[str, str]] | tuple[tuple[str, str], .
     from daedalus.tasks.artifacts import artifact_key
 
     logger = get_run_logger()
+    outcomes = dict(wanted.closed)
+    proposals = [*([wanted.open] if wanted.open else []), *outcomes]
     with get_client(sync_client=True) as client:
-        for proposal, outcome in closed:
-            tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[f"proposal:{proposal}"]))
-            for run in client.read_flow_runs(flow_run_filter=tagged):
+        tagged = FlowRunFilter(tags=FlowRunFilterTags(any_=[f"proposal:{p}" for p in proposals]))
+        runs = client.read_flow_runs(flow_run_filter=tagged)
+        of = {p: [r for r in runs if f"proposal:{p}" in r.tags] for p in proposals}
+        if wanted.open and not of[wanted.open]:
+            _request(it, knowledge, spec, store_url, jobs_file)
+        for proposal, outcome in outcomes.items():
+            for run in of[proposal]:
                 if run.state is not None and run.state.is_final():
                     continue
                 message = _outcome(proposal, outcome, knowledge)
                 client.set_flow_run_state(run.id, Completed(name=OUTCOME_STATES[outcome], message=message),
                                           force=True)
                 logger.info("approval run %s of proposal %s closed: %s", run.id, proposal, outcome)
-                if knowledge is not None and outcome in ("approved", "rejected"):
+                if outcome in ("approved", "rejected"):
                     create_markdown_artifact(key=artifact_key("approval", knowledge.job),
                                              markdown=f"# {knowledge.job}: proposal `{proposal}`\n\n{message}\n",
                                              description=f"Proposal {proposal}: {outcome}")
-
-

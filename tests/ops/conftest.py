@@ -48,7 +48,7 @@ def with_proposal(spec: JobSpec, store_url: str, current: int = 4, target: int =
     pid = f"{spec.name}-{int(created)}"
     k.record(LedgerEntry(id=pid, time=created, current=current, target=target, kind="scale-out",
                          reasons=("C_4 below the forecast peak",), state="proposed", predicted_recovery_s=120.0,
-                         history=[(created, "proposed")]))
+                         history=[(created, "proposed")], events=[(created, "proposed")]))
     k.pending = Proposal(pid, created, created + ttl, current, target, ("C_4 below the forecast peak",))
     Store(store_url).job(k.job).save(k)
     return k
