@@ -55,6 +55,9 @@ def parse_grid(axes: Sequence[str], option: str = "--grid") -> dict[str, tuple[f
         if name not in numeric:
             raise ConfigurationError(f"{option} {axis!r}: {name!r} is not a numeric loop setting; known: "
                                      f"{', '.join(sorted(numeric))}")
+        if name in grid:
+            raise ConfigurationError(f"{option} {name} is given twice: give it once"
+                                     + (", with its values separated by commas" if option == "--grid" else ""))
         try:
             grid[name] = tuple(float(v) for v in values.split(","))
             for v in grid[name]:

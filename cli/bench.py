@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from daedalus.bench.fleet import WARMUP_MIN
 from daedalus.bench.schedule import POLL_S, WORKER_LIMIT
 from daedalus.cli.common import Seed, console, fail, out, phases, progress
 from daedalus.models.config import MPC_SCALE_IN_S, PAPER_SCALE_IN_S, RESCALE_WINDOW_S, LoopConfig
-from daedalus.models.errors import DaedalusError
+from daedalus.models.errors import ConfigurationError, DaedalusError
 
 DEFAULT_WORKLOADS = ["paper", "recorded", "multiday", "families"]
 WORKLOADS_HELP = ("Groups (paper, recorded, multiday, multiday-all, families, new-families, all-families), generated "
@@ -92,14 +93,28 @@ ForecastZ = Annotated[float | None, typer.Option(
                   f"{LoopConfig.forecast_z:g}; replays a cross-validation run)")]
 
 
+# The dedicated options of the loop settings a benchmark run may change (LoopConfig field → option).
+OPTION_OF = {"target_recovery_time": "--target-recovery", "scale_in_interval": "--scale-in-interval",
+             "max_rescales_per_hour": "--max-rescales-per-hour", "rescale_price": "--rescale-price",
+             "forecast_z": "--forecast-z"}
+
+
 def loop_overrides(target_recovery: float | None, scale_in_interval: float | None,
                    max_rescales_per_hour: float | None = None, rescale_price: float | None = None,
-                   forecast_z: float | None = None) -> dict[str, float]:
-    """The Daedalus loop settings given on the command line (LoopConfig field names)."""
+                   forecast_z: float | None = None, settings: Sequence[str] = ()) -> dict[str, float]:
+    """The Daedalus loop settings given on the command line (LoopConfig field names): the dedicated options and any
+    `--set NAME=VALUE`. A setting given both ways is refused: which of two values was meant is not for us to guess."""
+    from daedalus.bench.cv import parse_settings
+
     given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
              "max_rescales_per_hour": max_rescales_per_hour, "rescale_price": rescale_price,
              "forecast_z": forecast_z}
-    return {k: v for k, v in given.items() if v is not None}
+    named = {k: v for k, v in given.items() if v is not None}
+    chosen = parse_settings(settings)
+    both = sorted(named.keys() & chosen.keys())
+    if both:
+        raise ConfigurationError(f"--set {both[0]} and {OPTION_OF[both[0]]} both set {both[0]}: give it once")
+    return named | chosen
 
 
 def _figures(title: str, rows: list[tuple[str, str]]) -> Table:

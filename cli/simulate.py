@@ -263,7 +263,6 @@ def simulate(
     ] = None,
 ) -> None:
     """One simulated run of a policy on a workload trace, scored against static and the lower bound."""
-    from daedalus.bench.cv import parse_settings
     from daedalus.bench.explain import trace_path
     from daedalus.sim.report import trace
     from daedalus.sim.workloads import load_workload
@@ -272,7 +271,7 @@ def simulate(
         fail(ValueError(f"no policy {policy!r}; known: {', '.join(policies.names())}"))
     try:
         overrides = cli_bench.loop_overrides(target_recovery, scale_in_interval, max_rescales_per_hour,
-                                             rescale_price, forecast_z) | parse_settings(setting or [])
+                                             rescale_price, forecast_z, setting or [])
         values = generated(workload, hours) if not workload.exists() else None
         values = load_workload(workload, hours=hours) if values is None else values
         with tempfile.TemporaryDirectory() as tmp:

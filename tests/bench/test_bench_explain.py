@@ -203,3 +203,5 @@ def test_a_grid_names_loop_settings_and_values_the_loop_accepts():
         parse_grid(["forecast_z=1,-1"])
     with pytest.raises(ConfigurationError, match="could not convert"):
         parse_grid(["forecast_z=one"])
+    with pytest.raises(ConfigurationError, match="--grid forecast_z is given twice: give it once, with its values"):
+        parse_grid(["forecast_z=1", "forecast_z=2"])  # not the last of the two, silently

@@ -132,3 +132,10 @@ def test_simulate_sets_any_numeric_loop_setting_and_refuses_a_bad_one(tmp_path):
         bad = tmp_path / "bad.json"
         result = run("simulate", "--workload", "flat-0", "--hours", 0.25, "--set", given, "--json", bad)
         assert result.exit_code == 1 and said in flat(result.output) and not bad.exists(), result.output
+    # One setting given twice, as two --set or as --set and its own option: refused, whichever value was meant.
+    for given, said in ((["--set", "forecast_z=1", "--set", "forecast_z=2"], "--set forecast_z is given twice"),
+                        (["--forecast-z", "1", "--set", "forecast_z=2"],
+                         "--set forecast_z and --forecast-z both set forecast_z: give it once")):
+        bad = tmp_path / "bad.json"
+        result = run("simulate", "--workload", "flat-0", "--hours", 0.25, *given, "--json", bad)
+        assert result.exit_code == 1 and said in flat(result.output) and not bad.exists(), result.output
