@@ -110,6 +110,11 @@ def build_report(trace: Trace, loops: list[dict[str, Any]], s: Sampled, found: l
         level_at = (level_at or meta["time"]) if backlog is None or meta["time"] + backlog > _next_rescale(
             runs, meta["time"]) else None
         o = next((o for o in found if o.down >= meta["time"] - 1.0), None)
+        if backlog is not None and o is not None:
+            # Not before the job ran again, as the recovery monitor's own end (models/recovery/anomaly.py): a restart
+            # whose backlog stayed within a second of arrivals read 0 s while its tasks were still starting (2 → 1
+            # at a fifth of capacity: all running after 2.5 s, the monitor's 10.7 s; CI, 2026-11-30).
+            backlog = max(backlog, o.up - meta["time"])
         entry = knowledge.entry(meta["decision"]) if knowledge is not None else None
         ledger = entry.observed_recovery_s if entry is not None else None
         observed = ledger if ledger is not None else result.get("observed_recovery_s")

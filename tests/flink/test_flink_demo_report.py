@@ -73,3 +73,24 @@ def test_the_saturation_after_a_rescales_backlog_came_back_is_counted() -> None:
     [rescale] = report["downtime_s"]
     assert rescale["backlog_recovery_s"] == 10.0 and rescale["observed_recovery_s"] == 80.0
     assert rescale["saturated_after_backlog_s"] == 40
+
+
+def test_a_restart_whose_backlog_stayed_within_its_level_recovers_no_sooner_than_its_tasks_run() -> None:
+    # 300/s arriving, the backlog at 100 throughout: it never rose above its level (100 + 1 s of arrivals), which
+    # alone reads as a recovery in 0 s. The JobManager's log: cancelled 2.2 s after the rescale, every task running
+    # again 2.5 s after it (CI, 2026-11-30: 2 → 1 at a fifth of capacity). The reference is the restart's end.
+    n = 300
+    ts = T0 + np.arange(n, dtype=float)
+    thr = np.full(n, 300.0)
+    s = Sampled(ts, np.full(n, 300.0), thr, np.full(n, 0.2), np.ones(n), np.full(n, 0.2), np.full(n, 100.0),
+                np.full(n, 1.0), ts - T0 + 60.0, {"tm_0_1": (thr, np.ones(n), thr / 1e3)})
+    trace = Trace.of([300] * 3, int(T0 * 1000))
+    run = ({"decision": "d-1", "from": 2, "to": 1, "time": T0 + 100.0}, None,
+           {"downtime_s": 2.5, "observed_recovery_s": 10.7, "reason": "recovered in 11 s"})
+    found = [Outage(T0 + 102.2, T0 + 102.4, T0 + 102.5, 1)]
+    report = build_report(trace, [], s, found, [run], None, trace.total, trace.total, {}, 2**31, 60.0, True, "")
+    [rescale] = report["downtime_s"]
+    assert rescale["backlog_recovery_s"] == 2.5 and rescale["jobmanager_log"]["all_running_after_s"] == 2.5
+    # Without the log (the rescale's outage not found in it), the backlog's own 0 s stands.
+    report = build_report(trace, [], s, [], [run], None, trace.total, trace.total, {}, 2**31, 60.0, True, "")
+    assert report["downtime_s"][0]["backlog_recovery_s"] == 0.0
