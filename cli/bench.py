@@ -106,10 +106,9 @@ def loop_overrides(target_recovery: float | None, scale_in_interval: float | Non
     `--set NAME=VALUE`. A setting given both ways is refused: which of two values was meant is not for us to guess."""
     from daedalus.bench.cv import parse_settings
 
-    given = {"target_recovery_time": target_recovery, "scale_in_interval": scale_in_interval,
-             "max_rescales_per_hour": max_rescales_per_hour, "rescale_price": rescale_price,
-             "forecast_z": forecast_z}
-    named = {k: v for k, v in given.items() if v is not None}
+    given = zip(OPTION_OF, (target_recovery, scale_in_interval, max_rescales_per_hour, rescale_price, forecast_z),
+                strict=True)
+    named = {k: v for k, v in given if v is not None}
     chosen = parse_settings(settings)
     both = sorted(named.keys() & chosen.keys())
     if both:

@@ -14,6 +14,7 @@ from daedalus.connectors.clock import WALL
 from daedalus.connectors.jobs import JobSpec
 from daedalus.connectors.store import JobStore, Store
 from daedalus.models.errors import Refused
+from daedalus.models.loop.approvals import answer
 from daedalus.models.loop.messages import ANSWER_GRACE_S, ControlMessage, check_scaleout
 from daedalus.models.text import utc
 
@@ -112,11 +113,11 @@ def recorded_answer(store_url: str, job: str, proposal: str) -> tuple[str, str] 
                     f"proposal {proposal} {msg.answer_label()}{when}: the job's loop applies it at its next run")
     k = Store(store_url).job(job).load().knowledge
     entry = None if k is None else k.entry(proposal)
-    for _, label in reversed(entry.events if entry is not None else []):
-        if label.startswith(("approved", "rejected")):
-            return ("approved" if label.startswith("approved") else "rejected",
-                    f"proposal {proposal} {label} (recorded in the job's ledger)")
-    return None
+    label = None if entry is None else answer(entry)
+    if label is None:
+        return None
+    return ("approved" if label.startswith("approved") else "rejected",
+            f"proposal {proposal} {label} (recorded in the job's ledger)")
 
 
 def post_manual_scale(spec: JobSpec, scaleout: int, reason: str, operator: str, store_url: str,

@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, create_model
 
 from daedalus.connectors.jobs import JobSpec
+from daedalus.models.loop.approvals import answer
 from daedalus.models.text import capacity_source, duration, numbered, utc
 
 if TYPE_CHECKING:
@@ -171,10 +172,9 @@ OUTCOME_STATES = {"expired": "Expired", "superseded": "Superseded", "approved": 
 def _outcome(proposal: str, outcome: str, knowledge: Knowledge | None) -> str:
     """What became of a proposal, in the words of its ledger: who answered and why, or that nothing was done."""
     entry = None if knowledge is None else knowledge.entry(proposal)
-    answer = None if entry is None else next((label for _, label in reversed(entry.events)
-                                              if label.startswith(outcome)), None)
-    if outcome in ("approved", "rejected") and answer is not None:  # the answer, not what followed it
-        return f"proposal {proposal} {answer} (recorded in the job's ledger)"
+    given = None if entry is None else answer(entry)
+    if outcome in ("approved", "rejected") and given is not None:  # the answer, not what followed it
+        return f"proposal {proposal} {given} (recorded in the job's ledger)"
     return f"proposal {proposal} {outcome}: nothing was done"
 
 

@@ -30,6 +30,11 @@ class ApprovalRuns:
         return self.open is not None or bool(self.closed)
 
 
+def answer(entry: LedgerEntry) -> str | None:
+    """The operator's answer to a proposal as its ledger words it ("approved by alice: peak at noon"), or None."""
+    return next((label for _, label in reversed(entry.events) if label.startswith(("approved", "rejected"))), None)
+
+
 def outcome(entry: LedgerEntry) -> str | None:
     """What became of a proposal, as its newest outcome event says (an approval later superseded: superseded)."""
     words = [label.split(":", 1)[0].split(" ", 1)[0] for _, label in entry.events]

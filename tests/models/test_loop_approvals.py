@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from daedalus.models.config import LoopConfig
 from daedalus.models.knowledge import Knowledge, Proposal
-from daedalus.models.loop.approvals import EXPIRY_MARGIN_S, ApprovalRuns, approval_runs, outcome
+from daedalus.models.loop.approvals import EXPIRY_MARGIN_S, ApprovalRuns, answer, approval_runs, outcome
 from daedalus.models.types import LedgerEntry
 from tests.helpers import T0
 
@@ -24,6 +24,10 @@ def test_the_outcome_is_the_newest_answer_after_a_proposal():
                                 (T0 + 8, "executed")])) == "approved"
     assert outcome(_entry("d", [(T0, "proposed")])) is None  # still waiting
     assert outcome(_entry("e", [(T0, "executed")])) is None  # auto mode: never proposed, no approval run
+    # The operator's answer in the ledger's words, whatever followed it.
+    assert answer(_entry("c", [(T0, "proposed"), (T0 + 5, "approved by alice: ok"), (T0 + 8, "executed")])) \
+        == "approved by alice: ok"
+    assert answer(_entry("f", [(T0, "proposed"), (T0 + 600, "expired")])) is None
 
 
 def test_the_open_proposal_and_the_closed_ones_whose_runs_may_still_wait():
